@@ -1,0 +1,69 @@
+# ctxd build. llama.cpp comes from the Go module github.com/ollama/ollama and
+# is compiled by cgo; its headers are found through CGO_CPPFLAGS computed here.
+
+GO          ?= go
+MODEL       ?= $(abspath ../shared/models/stories260K.gguf)
+NEEDLE_MODEL ?= $(abspath ../shared/models/needle.gguf)
+TRACES      ?= $(abspath ../shared/traces)
+PREFIX      ?= $(HOME)/.local
+# -march=native gives about 1.6x prefill on this CPU; set NATIVE= for a portable build.
+NATIVE      ?= -march=native
+TEST_TIMEOUT ?= 30m
+
+OLLAMA_DIR  := $(shell $(GO) list -m -f '{{.Dir}}' github.com/ollama/ollama 2>/dev/null)
+MALGO_DIR   := $(shell $(GO) list -m -f '{{.Dir}}' github.com/gen2brain/malgo 2>/dev/null)
+INCLUDE_DIR := $(CURDIR)/.build/include
+
+export CGO_ENABLED  := 1
+export CGO_CPPFLAGS := -I$(INCLUDE_DIR) -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include
+export CGO_CFLAGS   := -O2 $(NATIVE)
+export CGO_CXXFLAGS := -O2 $(NATIVE)
+export CTXD_MODEL   := $(MODEL)
+export CTXD_NEEDLE_MODEL := $(NEEDLE_MODEL)
+export CTXD_TRACES  := $(TRACES)
+
+BINARIES := bin/ctxd bin/ctxctl
+
+.PHONY: all build deps headers test test-short vet bench run generate install clean
+
+all: build
+
+# deps downloads the Go modules that carry llama.cpp and the vendored header.
+deps:
+	$(GO) mod download github.com/ollama/ollama github.com/gen2brain/malgo
+
+# headers links miniaudio.h (shipped at the root of gen2brain/malgo) where
+# llama.cpp's vendored include "miniaudio/miniaudio.h" finds it.
+headers: deps
+	@test -n "$(MALGO_DIR)" || { echo "run 'make deps' first"; exit 1; }
+	@mkdir -p $(INCLUDE_DIR)
+	@ln -sfn $(MALGO_DIR) $(INCLUDE_DIR)/miniaudio
+	@test -f /usr/include/nlohmann/json.hpp || { echo "missing nlohmann/json.hpp: apt-get install nlohmann-json3-dev"; exit 1; }
+	@test -f /usr/include/stb/stb_image.h || { echo "missing stb/stb_image.h: apt-get install libstb-dev"; exit 1; }
+
+build: headers
+	$(GO) build -o bin/ ./cmd/...
+
+vet: headers
+	$(GO) vet ./...
+
+test: headers
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-short: headers
+	$(GO) test -short -count=1 ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 200x ./protocol/ ./sidecar/
+	./bin/ctxctl bench replay --model $(MODEL) --traces $(TRACES)
+
+run: build
+	./bin/ctxd --model $(MODEL)
+
+install: build
+	install -d $(PREFIX)/bin
+	install -m 0755 $(BINARIES) $(PREFIX)/bin/
+
+clean:
+	rm -rf bin .build

@@ -1,0 +1,287 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// Client is a connection to ctxd.
+type Client struct {
+	ch            *protocol.Channel
+	version       uint32
+	serverVersion string
+
+	mu     sync.Mutex
+	calls  map[uint32]*call
+	next   uint32
+	err    error // set when the reader stops
+	closed chan struct{}
+}
+
+// call is one request in flight; the reader feeds it DATA events and the
+// final RESPONSE in order.
+type call struct {
+	frames chan frame
+}
+
+type frame struct {
+	event *pb.StreamEvent
+	resp  *pb.Response
+}
+
+// Options tune Dial.
+type Options struct {
+	// Name identifies the client in the daemon's logs.
+	Name string
+	// MaxFrame bounds frames read from the server; 0 = protocol default.
+	MaxFrame uint32
+}
+
+// Dial connects to the ctxd socket at path and performs the version
+// handshake.
+func Dial(ctx context.Context, path string, opts ...Options) (*Client, error) {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.MaxFrame == 0 {
+		o.MaxFrame = protocol.DefaultMaxFrame
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("ctxd client: dial %s: %w", path, err)
+	}
+	c := &Client{ch: protocol.NewChannel(nc, o.MaxFrame), calls: map[uint32]*call{}, closed: make(chan struct{})}
+	if dl, ok := ctx.Deadline(); ok {
+		nc.SetDeadline(dl)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Now()) })
+	err = c.handshake(o.Name)
+	stop()
+	nc.SetDeadline(time.Time{})
+	if err != nil {
+		nc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+func (c *Client) handshake(name string) error {
+	hello := &pb.Request{Body: &pb.Request_Hello{Hello: &pb.HelloRequest{
+		MinVersion: protocol.MinProtocolVersion, MaxVersion: protocol.ProtocolVersion, ClientName: name,
+	}}}
+	if err := c.ch.WriteMessage(1, protocol.TypeRequest, 0, hello); err != nil {
+		return fmt.Errorf("ctxd client: handshake: %w", err)
+	}
+	c.next = 1
+	h, payload, err := c.ch.ReadFrame()
+	if err != nil {
+		return fmt.Errorf("ctxd client: handshake: %w", err)
+	}
+	resp := new(pb.Response)
+	if h.Type != protocol.TypeResponse || protocol.Unmarshal(h, payload, resp) != nil {
+		return fmt.Errorf("%w: bad handshake reply %v", ErrProtocol, h)
+	}
+	if resp.Error != nil {
+		return protocol.FromWire(resp.Error)
+	}
+	hr := resp.GetHello()
+	if hr == nil {
+		return fmt.Errorf("%w: handshake reply without hello", ErrProtocol)
+	}
+	c.version, c.serverVersion = hr.GetVersion(), hr.GetServerVersion()
+	return nil
+}
+
+// ServerVersion is the daemon's version string from the handshake.
+func (c *Client) ServerVersion() string { return c.serverVersion }
+
+func (c *Client) readLoop() {
+	var err error
+	for {
+		var h protocol.Header
+		var payload []byte
+		h, payload, err = c.ch.ReadFrame()
+		if err != nil {
+			break
+		}
+		var f frame
+		switch h.Type {
+		case protocol.TypeData:
+			ev := new(pb.StreamEvent)
+			if err = protocol.Unmarshal(h, payload, ev); err != nil {
+				break
+			}
+			f.event = ev
+		case protocol.TypeResponse:
+			resp := new(pb.Response)
+			if err = protocol.Unmarshal(h, payload, resp); err != nil {
+				break
+			}
+			if h.StreamID == 0 { // connection-level error: the server closes
+				err = protocol.FromWire(resp.Error)
+				break
+			}
+			f.resp = resp
+		default:
+			err = fmt.Errorf("%w: server sent a %s frame", ErrProtocol, protocol.TypeName(h.Type))
+		}
+		if err != nil {
+			break
+		}
+		c.mu.Lock()
+		cl := c.calls[h.StreamID]
+		if f.resp != nil {
+			delete(c.calls, h.StreamID)
+		}
+		c.mu.Unlock()
+		if cl != nil {
+			cl.frames <- f
+		}
+	}
+	c.mu.Lock()
+	c.err = fmt.Errorf("%w: %v", ErrClosed, err)
+	c.mu.Unlock()
+	close(c.closed)
+	c.ch.Close()
+}
+
+// Close closes the connection; the daemon closes this client's sessions.
+func (c *Client) Close() error {
+	err := c.ch.Close()
+	<-c.closed
+	return err
+}
+
+// cancelGrace is how long a cancelled call waits for the server's answer
+// before giving up on it.
+const cancelGrace = 5 * time.Second
+
+// do sends req and waits for its response, handing DATA events to onEvent.
+// When ctx ends it sends CANCEL and waits (briefly) for the server to
+// finish the call, so the session is consistent when do returns.
+func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.StreamEvent) error) (*pb.Response, error) {
+	cl := &call{frames: make(chan frame, 256)}
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, err
+	}
+	c.next++
+	id := c.next
+	c.calls[id] = cl
+	c.mu.Unlock()
+	if err := c.ch.WriteMessage(id, protocol.TypeRequest, 0, req); err != nil {
+		c.mu.Lock()
+		delete(c.calls, id)
+		c.mu.Unlock()
+		var fe *protocol.FrameError
+		if errors.As(err, &fe) && fe.Local {
+			// Refused before sending (too large, invalid UTF-8): the
+			// connection is intact.
+			return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		return nil, fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	done := ctx.Done()
+	var grace <-chan time.Time
+	var cbErr error
+	cancel := func() {
+		if done == nil {
+			return
+		}
+		done = nil
+		c.ch.WriteFrame(protocol.Header{StreamID: id, Type: protocol.TypeCancel}, nil)
+		grace = time.After(cancelGrace)
+	}
+	for {
+		select {
+		case f := <-cl.frames:
+			if f.resp != nil {
+				if cbErr != nil {
+					return f.resp, cbErr
+				}
+				if ctx.Err() != nil && f.resp.Error != nil {
+					return f.resp, ctx.Err()
+				}
+				if f.resp.Error != nil {
+					return f.resp, protocol.FromWire(f.resp.Error)
+				}
+				return f.resp, nil
+			}
+			if onEvent != nil && cbErr == nil {
+				if err := onEvent(f.event); err != nil {
+					cbErr = err
+					cancel()
+				}
+			}
+		case <-done:
+			cancel()
+		case <-grace:
+			c.mu.Lock()
+			delete(c.calls, id)
+			c.mu.Unlock()
+			return nil, ctx.Err()
+		case <-c.closed:
+			c.mu.Lock()
+			err := c.err
+			c.mu.Unlock()
+			return nil, err
+		}
+	}
+}
+
+// Ping measures a round trip.
+func (c *Client) Ping(ctx context.Context, payload []byte) error {
+	_, err := c.do(ctx, &pb.Request{Body: &pb.Request_Ping{Ping: &pb.PingRequest{Payload: payload}}}, nil)
+	return err
+}
+
+// Status reports the daemon, its model and capacity.
+func (c *Client) Status(ctx context.Context) (*pb.StatusReply, error) {
+	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_Status{Status: &pb.StatusRequest{}}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.GetStatus(), nil
+}
+
+// LoadModel loads (or switches to) the model at path, a GGUF file on the
+// daemon's machine. contextTokens 0 derives the context from capacity.
+// It fails with ErrModelBusy while sessions are open.
+func (c *Client) LoadModel(ctx context.Context, path string, contextTokens int) (*pb.LoadModelReply, error) {
+	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_LoadModel{LoadModel: &pb.LoadModelRequest{Path: path, ContextTokens: int64(contextTokens)}}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.GetLoadModel(), nil
+}
+
+// UnloadModel frees the model; ErrModelBusy while sessions are open.
+func (c *Client) UnloadModel(ctx context.Context) error {
+	_, err := c.do(ctx, &pb.Request{Body: &pb.Request_UnloadModel{UnloadModel: &pb.UnloadModelRequest{}}}, nil)
+	return err
+}
+
+// Explain reports what session id holds (0: the most recently used
+// session of any client).
+func (c *Client) Explain(ctx context.Context, id uint64) (*pb.ExplainReply, error) {
+	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_Explain{Explain: &pb.ExplainRequest{SessionId: id}}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return r.GetExplain(), nil
+}

@@ -1,0 +1,156 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// Session is one agent conversation held by the daemon.
+type Session struct {
+	c             *Client
+	id            uint64
+	contextTokens int
+	compatKey     string
+}
+
+// OpenSession opens a session; name labels it for operators.
+func (c *Client) OpenSession(ctx context.Context, name string) (*Session, error) {
+	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: name}}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	o := r.GetOpenSession()
+	return &Session{c: c, id: o.GetSessionId(), contextTokens: int(o.GetContextTokens()), compatKey: o.GetCompatKey()}, nil
+}
+
+// ID is the daemon's session id.
+func (s *Session) ID() uint64 { return s.id }
+
+// ContextTokens is the most tokens the session can hold.
+func (s *Session) ContextTokens() int { return s.contextTokens }
+
+// PrefixResult counts what EnsurePrefix or PrefillSuffix did.
+type PrefixResult struct {
+	PromptTokens    int // EnsurePrefix: stable-prefix tokens; PrefillSuffix: the whole prompt
+	ReusableTokens  int // of this call's part, tokens equal to what the session held
+	ReusedTokens    int // kept without recompute
+	PrefilledTokens int // computed
+	DroppedTokens   int // removed from the KV
+	Elapsed         time.Duration
+}
+
+func prefixResult(r *pb.PrefixReply) PrefixResult {
+	return PrefixResult{
+		PromptTokens: int(r.GetPromptTokens()), ReusableTokens: int(r.GetReusableTokens()),
+		ReusedTokens: int(r.GetReusedTokens()), PrefilledTokens: int(r.GetPrefilledTokens()),
+		DroppedTokens: int(r.GetDroppedTokens()), Elapsed: time.Duration(r.GetElapsedUs()) * time.Microsecond,
+	}
+}
+
+// EnsurePrefix makes the session hold m's stable prefix, keeping the
+// longest common token prefix with what it held and prefilling the rest.
+// m becomes the session's manifest for PrefillSuffix.
+func (s *Session) EnsurePrefix(ctx context.Context, m policy.Manifest) (PrefixResult, error) {
+	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{
+		SessionId: s.id, Manifest: protocol.ManifestToWire(m),
+	}}}, nil)
+	if err != nil {
+		return PrefixResult{}, err
+	}
+	return prefixResult(r.GetEnsurePrefix()), nil
+}
+
+// PrefillSuffix prefills the manifest's non-stable segments followed by
+// extra, leaving the session ready to decode.
+func (s *Session) PrefillSuffix(ctx context.Context, extra ...policy.Segment) (PrefixResult, error) {
+	w := make([]*pb.Segment, len(extra))
+	for i, seg := range extra {
+		w[i] = protocol.SegmentToWire(seg)
+	}
+	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: s.id, Extra: w}}}, nil)
+	if err != nil {
+		return PrefixResult{}, err
+	}
+	return prefixResult(r.GetPrefillSuffix()), nil
+}
+
+// DecodeOptions select how many tokens to generate and how.
+type DecodeOptions struct {
+	MaxTokens   int
+	Temperature float32 // 0: greedy
+	TopK        int
+	TopP        float32
+	Seed        uint64
+	Stop        []string // stop after generating any of these
+	// ReturnLogits attaches each step's full logits to its Token.
+	ReturnLogits bool
+}
+
+// Token is one generated token, delivered as soon as it is sampled.
+type Token struct {
+	ID      int32
+	Piece   string
+	Elapsed time.Duration // since the call started
+	Logits  []float32     // with ReturnLogits
+}
+
+// DecodeResult ends a Decode.
+type DecodeResult struct {
+	// Reason is "max_tokens", "end_of_generation", "stop_string",
+	// "cancelled" or "context_full".
+	Reason  string
+	Tokens  int
+	Text    string
+	Elapsed time.Duration
+}
+
+var stopReasons = map[pb.StopReason]string{
+	pb.StopReason_STOP_REASON_MAX_TOKENS:        "max_tokens",
+	pb.StopReason_STOP_REASON_END_OF_GENERATION: "end_of_generation",
+	pb.StopReason_STOP_REASON_STOP_STRING:       "stop_string",
+	pb.StopReason_STOP_REASON_CANCELLED:         "cancelled",
+	pb.StopReason_STOP_REASON_CONTEXT_FULL:      "context_full",
+}
+
+// Decode generates up to o.MaxTokens tokens, calling onToken (may be nil)
+// for each as it arrives. Cancelling ctx, or onToken returning an error,
+// stops the daemon within one token; Decode then returns what was
+// generated with ctx.Err() or onToken's error.
+func (s *Session) Decode(ctx context.Context, o DecodeOptions, onToken func(Token) error) (DecodeResult, error) {
+	req := &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{
+		SessionId: s.id, MaxTokens: int32(o.MaxTokens), Stop: o.Stop, ReturnLogits: o.ReturnLogits,
+		Sampling: &pb.SamplingParams{Temperature: o.Temperature, TopK: int32(o.TopK), TopP: o.TopP, Seed: o.Seed},
+	}}}
+	var onEvent func(*pb.StreamEvent) error
+	if onToken != nil {
+		onEvent = func(ev *pb.StreamEvent) error {
+			t := ev.GetToken()
+			if t == nil {
+				return nil
+			}
+			return onToken(Token{ID: t.GetToken(), Piece: t.GetPiece(), Elapsed: time.Duration(t.GetElapsedUs()) * time.Microsecond, Logits: t.GetLogits()})
+		}
+	}
+	r, err := s.c.do(ctx, req, onEvent)
+	d := r.GetDecode()
+	res := DecodeResult{Reason: stopReasons[d.GetReason()], Tokens: int(d.GetTokens()), Text: d.GetText(), Elapsed: time.Duration(d.GetElapsedUs()) * time.Microsecond}
+	if err == nil && res.Reason == "cancelled" && ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	return res, err
+}
+
+// Explain reports what the session holds.
+func (s *Session) Explain(ctx context.Context) (*pb.ExplainReply, error) {
+	return s.c.Explain(ctx, s.id)
+}
+
+// Close frees the session's KV on the daemon.
+func (s *Session) Close(ctx context.Context) error {
+	_, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_CloseSession{CloseSession: &pb.CloseSessionRequest{SessionId: s.id}}}, nil)
+	return err
+}

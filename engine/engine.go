@@ -1,0 +1,131 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/ctxd/ctxd/policy"
+)
+
+// Token is a vocabulary id.
+type Token = int32
+
+// Sentinel errors of engine calls.
+var (
+	ErrInvalidArgument = errors.New("engine: invalid argument")
+	ErrContextFull     = errors.New("engine: context full")
+	ErrBadModel        = errors.New("engine: bad model file")
+	ErrDecode          = errors.New("engine: decode failed")
+	ErrClosed          = errors.New("engine: closed")
+	ErrNoShift         = errors.New("engine: model cannot shift positions")
+)
+
+// SessionSeq is the sequence holding a session's KV; ScratchSeq is the
+// scratch sequence used by range moves. Contexts have at least two.
+const (
+	SessionSeq = 0
+	ScratchSeq = 1
+)
+
+// Facts describes a loaded model.
+type Facts struct {
+	Path           string
+	Digest         string // sha256 of the file, hex
+	Description    string
+	Layers         int
+	KVHeads        int
+	HeadDim        int
+	TrainedContext int
+	VocabSize      int
+	WeightsBytes   int64
+	BOS            Token
+	AddBOS         bool
+	CanShift       bool // positions can be moved (RoPE models)
+}
+
+// KVBytesPerToken is the KV cache cost of one token at kv.
+func (f Facts) KVBytesPerToken(kv policy.KVType) int64 {
+	return policy.KVBytesPerToken(f.Layers, f.KVHeads, f.HeadDim, kv)
+}
+
+// ContextOptions configures a new context.
+type ContextOptions struct {
+	ContextTokens  int           // KV cells
+	BatchTokens    int           // largest batch per decode step; 0 = 512
+	KVType         policy.KVType // f16 or q8_0 (q8_0 needs flash attention)
+	FlashAttention bool
+	Threads        int // 0 = all CPUs
+}
+
+// Model is a loaded model file.
+type Model interface {
+	Facts() Facts
+	// Tokenize turns text into tokens; addBOS prepends BOS when the model uses it.
+	Tokenize(text string, addBOS bool) ([]Token, error)
+	// Piece is the text of one token, as it appears in generated text.
+	Piece(t Token) string
+	// IsEOG reports whether t ends generation.
+	IsEOG(t Token) bool
+	NewContext(opts ContextOptions) (Context, error)
+	Close() error
+}
+
+// Range is a token range of sequence 0 extracted as bytes.
+type Range struct {
+	Pos0  int    // position of its first token when extracted
+	Count int    // tokens
+	Blob  []byte // engine state bytes; opaque, keyed by the context's settings
+}
+
+// SeqState is a whole saved sequence.
+type SeqState struct {
+	Positions []int // occupied positions, ascending
+	Blob      []byte
+}
+
+// Context is one KV cache with decode.
+type Context interface {
+	Options() ContextOptions
+	// Decode runs tokens at positions pos0.. in sequence 0 and keeps the
+	// logits of the last token. It stops between and inside batches when
+	// ctx is done, returning ctx.Err() with nothing of the call left in the KV.
+	Decode(ctx context.Context, tokens []Token, pos0 int) error
+	// Logits of the last decoded token; valid until the next Decode.
+	Logits() []float32
+	// Sample picks the next token from the last logits with s.
+	Sample(s Sampler) Token
+	NewSampler(p SamplingParams) (Sampler, error)
+
+	// Used is the number of occupied positions of sequence 0.
+	Used() int
+	// Occupied reports whether position p of sequence 0 holds a token.
+	Occupied(p int) bool
+	// Remove drops positions [p0,p1) of sequence 0 (p1 < 0: to the end)
+	// and returns how many tokens were dropped.
+	Remove(p0, p1 int) (int, error)
+	// Shift moves positions [p0,p1) of sequence 0 by delta.
+	Shift(p0, p1, delta int) error
+	// ExtractRange copies positions [p0,p1) of sequence 0 out as bytes;
+	// the range stays in the KV.
+	ExtractRange(p0, p1 int) (Range, error)
+	// InsertRange puts r back into sequence 0 starting at position at.
+	InsertRange(r Range, at int) error
+	SaveSeq() (SeqState, error)
+	// LoadSeq replaces sequence 0 with s.
+	LoadSeq(s SeqState) error
+	Clear()
+	Close() error
+}
+
+// SamplingParams selects greedy (Temperature == 0) or seeded sampling.
+type SamplingParams struct {
+	Temperature float32
+	TopK        int
+	TopP        float32
+	Seed        uint64
+}
+
+// Sampler is a sampler chain; Close frees it.
+type Sampler interface {
+	Close()
+}

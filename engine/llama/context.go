@@ -1,0 +1,251 @@
+package llama
+
+/*
+#include <stdlib.h>
+#include <stdint.h>
+#include "llama.h"
+
+static bool ctxd_abort_cb(void *data) {
+	return __atomic_load_n((int32_t *)data, __ATOMIC_RELAXED) != 0;
+}
+static void ctxd_set_abort(int32_t *flag, int32_t v) { __atomic_store_n(flag, v, __ATOMIC_RELAXED); }
+static void ctxd_attach_abort(struct llama_context_params *p, int32_t *flag) {
+	p->abort_callback = ctxd_abort_cb;
+	p->abort_callback_data = flag;
+}
+static void ctxd_batch_set(struct llama_batch *b, int i, llama_token t, llama_pos p, llama_seq_id s, int8_t out) {
+	b->token[i] = t;
+	b->pos[i] = p;
+	b->n_seq_id[i] = 1;
+	b->seq_id[i][0] = s;
+	b->logits[i] = out;
+}
+*/
+import "C"
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
+)
+
+const seqMax = 2
+
+// Context is a llama.cpp context: one KV cache with a session sequence and
+// a scratch sequence.
+type Context struct {
+	model     *Model
+	ctx       *C.struct_llama_context
+	mem       C.llama_memory_t
+	batch     C.struct_llama_batch
+	abort     *C.int32_t
+	opts      engine.ContextOptions
+	nCtx      int
+	seq       engine.PosSet // occupied positions of the session sequence
+	logits    []float32
+	hasLogits bool
+	closed    bool
+}
+
+// NewContext creates a context with n_seq_max = 2 and a unified KV buffer.
+func (md *Model) NewContext(o engine.ContextOptions) (engine.Context, error) {
+	return md.newContext(o)
+}
+
+func (md *Model) newContext(o engine.ContextOptions) (*Context, error) {
+	if err := md.alive(); err != nil {
+		return nil, err
+	}
+	if o.ContextTokens <= 0 {
+		return nil, fmt.Errorf("%w: context of %d tokens", engine.ErrInvalidArgument, o.ContextTokens)
+	}
+	if o.BatchTokens <= 0 {
+		o.BatchTokens = 512
+	}
+	o.BatchTokens = min(o.BatchTokens, o.ContextTokens)
+	if o.Threads <= 0 {
+		o.Threads = runtime.NumCPU()
+	}
+	var kt C.enum_ggml_type
+	switch o.KVType {
+	case policy.KVTypeF16:
+		kt = C.GGML_TYPE_F16
+	case policy.KVTypeF32:
+		kt = C.GGML_TYPE_F32
+	case policy.KVTypeQ8_0:
+		if !o.FlashAttention {
+			return nil, fmt.Errorf("%w: q8_0 KV needs flash attention (the V cache is quantized)", engine.ErrInvalidArgument)
+		}
+		// ggml quantizes K and V rows head by head in blocks of 32
+		// values; other head sizes abort inside ggml.
+		if hd := md.facts.HeadDim; hd%32 != 0 {
+			return nil, fmt.Errorf("%w: q8_0 KV needs a head dimension divisible by 32; this model's is %d", engine.ErrInvalidArgument, hd)
+		}
+		kt = C.GGML_TYPE_Q8_0
+	default:
+		return nil, fmt.Errorf("%w: KV type %v", engine.ErrInvalidArgument, o.KVType)
+	}
+	cp := C.llama_context_default_params()
+	cp.n_ctx = C.uint32_t(o.ContextTokens)
+	cp.n_batch = C.uint32_t(o.BatchTokens)
+	cp.n_ubatch = C.uint32_t(o.BatchTokens)
+	cp.n_seq_max = seqMax
+	cp.kv_unified = true
+	cp.n_threads = C.int32_t(o.Threads)
+	cp.n_threads_batch = C.int32_t(o.Threads)
+	cp.type_k = kt
+	cp.type_v = kt
+	cp.no_perf = true
+	if o.FlashAttention {
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_ENABLED
+	} else {
+		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
+	}
+	abort := (*C.int32_t)(C.calloc(1, 4))
+	C.ctxd_attach_abort(&cp, abort)
+	ctx := C.llama_init_from_model(md.m, cp)
+	if ctx == nil {
+		C.free(unsafe.Pointer(abort))
+		return nil, fmt.Errorf("%w: llama.cpp could not create a %d-token context (out of memory?)", engine.ErrContextFull, o.ContextTokens)
+	}
+	c := &Context{
+		model: md,
+		ctx:   ctx,
+		mem:   C.llama_get_memory(ctx),
+		batch: C.llama_batch_init(C.int32_t(o.BatchTokens), 0, seqMax),
+		abort: abort,
+		opts:  o,
+		nCtx:  int(C.llama_n_ctx(ctx)),
+	}
+	c.logits = make([]float32, md.facts.VocabSize)
+	md.mu.Lock()
+	md.open++
+	md.mu.Unlock()
+	return c, nil
+}
+
+// Options returns the options the context was made with (defaults filled).
+func (c *Context) Options() engine.ContextOptions { return c.opts }
+
+// Size is the number of KV cells.
+func (c *Context) Size() int { return c.nCtx }
+
+// Used is the number of occupied positions of the session sequence.
+func (c *Context) Used() int { return c.seq.Len() }
+
+// Occupied reports whether position p holds a token.
+func (c *Context) Occupied(p int) bool { return c.seq.Contains(p) }
+
+// Decode runs tokens at positions pos0.. of the session sequence, in
+// batches, keeping the logits of the last token.
+func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) error {
+	if c.closed {
+		return engine.ErrClosed
+	}
+	n := len(tokens)
+	if n == 0 {
+		return nil
+	}
+	if pos0 < 0 || pos0+n > maxPos {
+		return fmt.Errorf("%w: positions [%d,%d)", engine.ErrInvalidArgument, pos0, pos0+n)
+	}
+	if c.seq.Count(pos0, pos0+n) != 0 {
+		return fmt.Errorf("%w: positions [%d,%d) already hold tokens", engine.ErrInvalidArgument, pos0, pos0+n)
+	}
+	if c.seq.Len()+n > c.nCtx {
+		return fmt.Errorf("%w: %d tokens resident + %d new > %d cells", engine.ErrContextFull, c.seq.Len(), n, c.nCtx)
+	}
+	vocab := engine.Token(c.model.facts.VocabSize)
+	for i, t := range tokens {
+		if t < 0 || t >= vocab {
+			return fmt.Errorf("%w: token %d at index %d is outside the vocabulary [0,%d)", engine.ErrInvalidArgument, t, i, vocab)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { C.ctxd_set_abort(c.abort, 1) })
+	defer func() {
+		stop()
+		C.ctxd_set_abort(c.abort, 0)
+	}()
+	c.hasLogits = false
+	bs := c.opts.BatchTokens
+	for off := 0; off < n; off += bs {
+		end := min(off+bs, n)
+		c.batch.n_tokens = C.int32_t(end - off)
+		for i := off; i < end; i++ {
+			out := C.int8_t(0)
+			if i == n-1 {
+				out = 1
+			}
+			C.ctxd_batch_set(&c.batch, C.int(i-off), C.llama_token(tokens[i]), C.llama_pos(pos0+i), engine.SessionSeq, out)
+		}
+		rc := C.llama_decode(c.ctx, c.batch)
+		if rc != 0 || ctx.Err() != nil {
+			// Drop whatever this call put in the KV so the record stays exact.
+			C.llama_memory_seq_rm(c.mem, engine.SessionSeq, C.llama_pos(pos0), C.llama_pos(pos0+n))
+			c.seq.Remove(pos0, pos0+n)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			switch rc {
+			case 1:
+				return fmt.Errorf("%w: no KV slot for a batch of %d", engine.ErrContextFull, end-off)
+			default:
+				return fmt.Errorf("%w: llama_decode returned %d", engine.ErrDecode, int(rc))
+			}
+		}
+		c.seq.Add(pos0+off, pos0+end)
+	}
+	p := C.llama_get_logits_ith(c.ctx, -1)
+	if p == nil {
+		return fmt.Errorf("%w: no logits after decode", engine.ErrDecode)
+	}
+	copy(c.logits, unsafe.Slice((*float32)(unsafe.Pointer(p)), len(c.logits)))
+	c.hasLogits = true
+	return nil
+}
+
+// maxPos bounds positions well inside llama_pos (int32).
+const maxPos = 1 << 30
+
+// Logits of the last decoded token (nil before any decode).
+func (c *Context) Logits() []float32 {
+	if !c.hasLogits {
+		return nil
+	}
+	return c.logits
+}
+
+// Clear empties the whole KV cache.
+func (c *Context) Clear() {
+	if c.closed {
+		return
+	}
+	C.llama_memory_clear(c.mem, true)
+	c.seq.Reset()
+	c.hasLogits = false
+}
+
+// Close frees the context.
+func (c *Context) Close() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	C.llama_batch_free(c.batch)
+	C.llama_free(c.ctx)
+	C.free(unsafe.Pointer(c.abort))
+	c.ctx = nil
+	c.model.mu.Lock()
+	c.model.open--
+	c.model.mu.Unlock()
+	return nil
+}
+
+var _ engine.Context = (*Context)(nil)

@@ -1,0 +1,20 @@
+// Package llama is ctxd's own cgo binding to llama.cpp's public llama.h,
+// implementing engine.Model and engine.Context.
+//
+// llama.cpp itself is compiled by github.com/ollama/ollama/llama, imported
+// only so that it is linked in; the include paths for llama.h and ggml.h
+// come from CGO_CPPFLAGS computed by the Makefile.
+//
+// Invariants:
+//   - Contexts are created with n_seq_max = 2 and kv_unified = true, so
+//     partial sequence copies are legal; sequence 1 is scratch and is empty
+//     between calls.
+//   - Every argument is validated in Go against the context's own record of
+//     occupied positions (engine.PosSet) before llama.cpp is called, so no
+//     GGML_ASSERT is reachable from a caller.
+//   - A Context is driven by one goroutine at a time; only the abort flag
+//     set by a cancelled context.Context is touched concurrently, through
+//     C atomics.
+//   - Native memory (model, context, batch, samplers, abort flag) is freed by
+//     Close; a finalizer is not relied upon.
+package llama

@@ -1,0 +1,245 @@
+package llama
+
+/*
+#include <stdlib.h>
+#include "llama.h"
+*/
+import "C"
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"unsafe"
+
+	"github.com/ctxd/ctxd/engine"
+)
+
+// Model is a GGUF model loaded by llama.cpp.
+type Model struct {
+	mu     sync.Mutex // guards closed and the context count
+	m      *C.struct_llama_model
+	vocab  *C.struct_llama_vocab
+	facts  engine.Facts
+	open   int // live contexts
+	closed bool
+	pieces []string // text of every token, cached
+}
+
+var ggufMagic = []byte("GGUF")
+
+// Load reads a GGUF file. The file is checked (readable, GGUF magic,
+// a decoder-only attention model) before llama.cpp parses it; failures
+// wrap engine.ErrBadModel or, for a missing file, os.ErrNotExist.
+func Load(path string) (*Model, error) {
+	backendInit()
+	digest, err := fileDigest(path)
+	if err != nil {
+		return nil, err
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	mp := C.llama_model_default_params()
+	mp.n_gpu_layers = 999
+	mp.use_mmap = true
+	m := C.llama_model_load_from_file(cpath, mp)
+	if m == nil {
+		return nil, fmt.Errorf("%w: llama.cpp could not load %s (corrupt, truncated or unsupported; see the log)", engine.ErrBadModel, path)
+	}
+	if C.llama_model_has_encoder(m) || C.llama_model_is_recurrent(m) {
+		C.llama_model_free(m)
+		return nil, fmt.Errorf("%w: %s is not a decoder-only attention model", engine.ErrBadModel, path)
+	}
+	md := &Model{m: m, vocab: C.llama_model_get_vocab(m)}
+	nHead := int(C.llama_model_n_head(m))
+	nEmbd := int(C.llama_model_n_embd(m))
+	headDim := 0
+	if nHead > 0 {
+		headDim = nEmbd / nHead
+	}
+	if v, ok := md.metaInt("%s.attention.key_length"); ok {
+		headDim = v
+	}
+	var desc [256]C.char
+	C.llama_model_desc(m, &desc[0], C.size_t(len(desc)))
+	md.facts = engine.Facts{
+		Path:           path,
+		Digest:         digest,
+		Description:    C.GoString(&desc[0]),
+		Layers:         int(C.llama_model_n_layer(m)),
+		KVHeads:        int(C.llama_model_n_head_kv(m)),
+		HeadDim:        headDim,
+		TrainedContext: int(C.llama_model_n_ctx_train(m)),
+		VocabSize:      int(C.llama_vocab_n_tokens(md.vocab)),
+		WeightsBytes:   int64(C.llama_model_size(m)),
+		BOS:            engine.Token(C.llama_vocab_bos(md.vocab)),
+		AddBOS:         bool(C.llama_vocab_get_add_bos(md.vocab)),
+	}
+	if md.facts.Layers <= 0 || md.facts.KVHeads <= 0 || md.facts.HeadDim <= 0 || md.facts.VocabSize <= 0 {
+		C.llama_model_free(m)
+		return nil, fmt.Errorf("%w: %s reports layers=%d kv_heads=%d head_dim=%d vocab=%d",
+			engine.ErrBadModel, path, md.facts.Layers, md.facts.KVHeads, md.facts.HeadDim, md.facts.VocabSize)
+	}
+	md.pieces = make([]string, md.facts.VocabSize)
+	buf := make([]byte, 256)
+	for t := range md.pieces {
+		n := C.llama_token_to_piece(md.vocab, C.llama_token(t), (*C.char)(unsafe.Pointer(&buf[0])), C.int32_t(len(buf)), 0, false)
+		if n > 0 {
+			md.pieces[t] = string(buf[:n])
+		}
+	}
+	md.facts.CanShift = md.probeShift()
+	return md, nil
+}
+
+// metaInt reads an integer GGUF key; %s is replaced by the architecture.
+func (md *Model) metaInt(keyFmt string) (int, bool) {
+	arch, ok := md.metaStr("general.architecture")
+	if !ok {
+		return 0, false
+	}
+	v, ok := md.metaStr(fmt.Sprintf(keyFmt, arch))
+	if !ok {
+		return 0, false
+	}
+	var n int
+	if _, err := fmt.Sscan(v, &n); err != nil {
+		return 0, false
+	}
+	return n, true
+}
+
+func (md *Model) metaStr(key string) (string, bool) {
+	ck := C.CString(key)
+	defer C.free(unsafe.Pointer(ck))
+	var buf [512]C.char
+	n := C.llama_model_meta_val_str(md.m, ck, &buf[0], C.size_t(len(buf)))
+	if n < 0 {
+		return "", false
+	}
+	return C.GoString(&buf[0]), true
+}
+
+// probeShift asks llama.cpp whether the model's memory can shift positions,
+// using a minimal throwaway context.
+func (md *Model) probeShift() bool {
+	cp := C.llama_context_default_params()
+	cp.n_ctx = 16
+	cp.n_batch = 16
+	cp.n_ubatch = 16
+	cp.n_seq_max = 1
+	ctx := C.llama_init_from_model(md.m, cp)
+	if ctx == nil {
+		return false
+	}
+	defer C.llama_free(ctx)
+	return bool(C.llama_memory_can_shift(C.llama_get_memory(ctx)))
+}
+
+func fileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("model file %s: %w", path, err)
+		}
+		return "", fmt.Errorf("%w: %v", engine.ErrBadModel, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", engine.ErrBadModel, err)
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: %s is not a regular file", engine.ErrBadModel, path)
+	}
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(f, magic); err != nil || !bytes.Equal(magic, ggufMagic) {
+		return "", fmt.Errorf("%w: %s is not a GGUF file (bad magic)", engine.ErrBadModel, path)
+	}
+	h := sha256.New()
+	h.Write(magic)
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("%w: reading %s: %v", engine.ErrBadModel, path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Facts describes the model.
+func (md *Model) Facts() engine.Facts { return md.facts }
+
+// Tokenize turns text into tokens. Special-token syntax in text is not
+// parsed: user text can never forge control tokens.
+func (md *Model) Tokenize(text string, addBOS bool) ([]engine.Token, error) {
+	if err := md.alive(); err != nil {
+		return nil, err
+	}
+	if len(text) > 1<<30 {
+		return nil, fmt.Errorf("%w: text of %d bytes is too long to tokenize", engine.ErrInvalidArgument, len(text))
+	}
+	n := len(text) + 2
+	out := make([]engine.Token, n)
+	var cText *C.char
+	if len(text) > 0 {
+		cText = (*C.char)(unsafe.Pointer(unsafe.StringData(text)))
+	}
+	r := C.llama_tokenize(md.vocab, cText, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&out[0])), C.int32_t(n), C.bool(addBOS && md.facts.AddBOS), false)
+	if r < 0 {
+		if r == C.INT32_MIN {
+			return nil, fmt.Errorf("%w: tokenization overflow", engine.ErrInvalidArgument)
+		}
+		out = make([]engine.Token, -r)
+		r = C.llama_tokenize(md.vocab, cText, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&out[0])), -r, C.bool(addBOS && md.facts.AddBOS), false)
+		if r < 0 {
+			return nil, fmt.Errorf("%w: tokenization failed", engine.ErrInvalidArgument)
+		}
+	}
+	return out[:r], nil
+}
+
+// Piece is the text of token t ("" for ids outside the vocabulary).
+func (md *Model) Piece(t engine.Token) string {
+	if t < 0 || int(t) >= len(md.pieces) {
+		return ""
+	}
+	return md.pieces[t]
+}
+
+// IsEOG reports whether t ends generation.
+func (md *Model) IsEOG(t engine.Token) bool {
+	if t < 0 || int(t) >= md.facts.VocabSize {
+		return false
+	}
+	return bool(C.llama_vocab_is_eog(md.vocab, C.llama_token(t)))
+}
+
+func (md *Model) alive() error {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	if md.closed {
+		return engine.ErrClosed
+	}
+	return nil
+}
+
+// Close frees the model. It fails while contexts made from it are open.
+func (md *Model) Close() error {
+	md.mu.Lock()
+	defer md.mu.Unlock()
+	if md.closed {
+		return nil
+	}
+	if md.open > 0 {
+		return fmt.Errorf("%w: %d contexts still open on the model", engine.ErrInvalidArgument, md.open)
+	}
+	md.closed = true
+	C.llama_model_free(md.m)
+	md.m = nil
+	return nil
+}
+
+var _ engine.Model = (*Model)(nil)

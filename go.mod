@@ -1,0 +1,9 @@
+module github.com/ctxd/ctxd
+
+go 1.26.8
+
+require (
+	github.com/ollama/ollama v0.17.4
+	golang.org/x/sys v0.50.0
+	google.golang.org/protobuf v1.36.10
+)

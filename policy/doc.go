@@ -1,0 +1,17 @@
+// Package policy holds ctxd's pure decisions: how many tokens of KV cache fit
+// in memory (capacity), how a prompt is described as ordered segments (the
+// manifest) and where its reusable stable prefix ends (the reuse boundary),
+// and, later, hot-set planning, retrieval scoring and invalidation.
+//
+// Invariants, which every file in this package keeps:
+//
+//   - No cgo and no I/O: nothing here reads files, the clock, the network or
+//     the environment, and nothing starts goroutines.
+//   - Deterministic: the same inputs always give the same outputs, including
+//     digests and human-readable messages.
+//   - Inputs are plain values measured by callers (free memory, model
+//     dimensions, file paths); policy only decides.
+//   - Failures are reported with sentinel errors usable with errors.Is.
+//
+// Only the standard library is used.
+package policy

@@ -1,0 +1,242 @@
+package protocol
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// Channel sends and receives frames on one connection.
+//
+// Writes are goroutine-safe: each frame goes out in a single Write call under
+// the Channel's writer lock, so frames never interleave. Reads are for one
+// goroutine. The maximum frame size bounds both directions; it starts at the
+// value given to NewChannel and is changed with SetMaxFrame once the
+// handshake has negotiated it.
+type Channel struct {
+	conn     net.Conn
+	maxFrame atomic.Uint32
+
+	wmu  sync.Mutex // serialises writes and guards werr
+	werr error      // first write failure; sticky, the stream may hold a partial frame
+
+	br   *bufio.Reader // reader side: one goroutine
+	rbuf []byte
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// readBufferSize is the read-ahead of a Channel: a typical frame arrives in
+// one read system call.
+const readBufferSize = 32 << 10
+
+// maxKeptBuffer bounds the buffers a Channel keeps for reading and the pool
+// keeps for writing; larger ones, needed only for rare large frames, are
+// left to the garbage collector.
+const maxKeptBuffer = 1 << 20
+
+// marshalOptions encode outgoing messages.
+var marshalOptions = proto.MarshalOptions{}
+
+// writeBuffers holds *[]byte with cap in [minPooledBuffer, maxKeptBuffer].
+var writeBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, minPooledBuffer)
+	return &b
+}}
+
+const minPooledBuffer = 4 << 10
+
+// NewChannel wraps conn. maxFrame bounds the payload of every frame sent or
+// received; 0 means DefaultMaxFrame.
+func NewChannel(conn net.Conn, maxFrame uint32) *Channel {
+	c := &Channel{
+		conn: conn,
+		br:   bufio.NewReaderSize(conn, readBufferSize),
+	}
+	c.SetMaxFrame(maxFrame)
+	return c
+}
+
+// MaxFrame is the current maximum payload size in bytes.
+func (c *Channel) MaxFrame() uint32 { return c.maxFrame.Load() }
+
+// SetMaxFrame changes the maximum payload size, e.g. to the value of
+// HelloReply.max_frame_bytes; 0 means DefaultMaxFrame. It is safe to call
+// while other goroutines write.
+func (c *Channel) SetMaxFrame(n uint32) {
+	if n == 0 {
+		n = DefaultMaxFrame
+	}
+	c.maxFrame.Store(n)
+}
+
+// Conn is the wrapped connection, for deadlines and addresses. Reading or
+// writing it directly breaks the framing.
+func (c *Channel) Conn() net.Conn { return c.conn }
+
+// WriteFrame sends one frame with h's stream id, type and flags and the
+// given payload; h.Length is ignored and set from len(payload). It refuses
+// an invalid header (ErrMalformedFrame) or a payload over MaxFrame
+// (ErrFrameTooLarge) without writing anything; both errors are Local.
+func (c *Channel) WriteFrame(h Header, payload []byte) error {
+	if err := h.Validate(); err != nil {
+		return asLocal(err)
+	}
+	if limit := c.MaxFrame(); uint64(len(payload)) > uint64(limit) {
+		return tooLarge(h, clampLen(len(payload)), limit, true)
+	}
+	h.Length = uint32(len(payload))
+	bp := writeBuffers.Get().(*[]byte)
+	b := AppendHeader((*bp)[:0], h)
+	b = append(b, payload...)
+	err := c.write(b)
+	putWriteBuffer(bp, b)
+	return err
+}
+
+// WriteMessage marshals m and sends it as the payload of one frame. Errors
+// are those of WriteFrame, or the marshalling error (e.g. a string field
+// holding invalid UTF-8), in which case nothing was written.
+func (c *Channel) WriteMessage(streamID uint32, typ, flags uint8, m proto.Message) error {
+	h := Header{StreamID: streamID, Type: typ, Flags: flags}
+	if err := h.Validate(); err != nil {
+		return asLocal(err)
+	}
+	bp := writeBuffers.Get().(*[]byte)
+	b, err := marshalOptions.MarshalAppend((*bp)[:HeaderSize], m)
+	if err != nil {
+		putWriteBuffer(bp, *bp)
+		return fmt.Errorf("protocol: marshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	n := len(b) - HeaderSize
+	if limit := c.MaxFrame(); uint64(n) > uint64(limit) {
+		putWriteBuffer(bp, b)
+		return tooLarge(h, clampLen(n), limit, true)
+	}
+	h.Length = uint32(n)
+	EncodeHeader(b, h)
+	err = c.write(b)
+	putWriteBuffer(bp, b)
+	return err
+}
+
+// write sends one whole frame under the writer lock. A failed or short
+// write may leave part of a frame on the stream, so it poisons the Channel.
+func (c *Channel) write(frame []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	if _, err := c.conn.Write(frame); err != nil {
+		c.werr = err
+		return err
+	}
+	return nil
+}
+
+// ReadFrame reads the next frame. Only one goroutine may read; the payload
+// is valid until the next ReadFrame. Errors are those of the package-level
+// ReadFrame; after any error the Channel cannot be read further.
+func (c *Channel) ReadFrame() (Header, []byte, error) {
+	h, payload, err := ReadFrame(c.br, c.rbuf, c.MaxFrame())
+	if cap(payload) <= maxKeptBuffer {
+		c.rbuf = payload
+	} else {
+		c.rbuf = nil
+	}
+	return h, payload, err
+}
+
+// ReadMessage reads the next frame and unmarshals its payload into m, for
+// callers that know what comes next, such as either side of the handshake.
+// A frame whose type does not carry m's message (see PayloadFor), including
+// CANCEL, gives a *FrameError wrapping ErrMalformedFrame with the header.
+func (c *Channel) ReadMessage(m proto.Message) (Header, error) {
+	h, payload, err := c.ReadFrame()
+	if err != nil {
+		return h, err
+	}
+	want := m.ProtoReflect().Descriptor().FullName()
+	if payloadName(h.Type) != want {
+		return h, malformed(h, fmt.Sprintf("%s frame where %s was expected", TypeName(h.Type), want), nil)
+	}
+	return h, Unmarshal(h, payload, m)
+}
+
+// Close closes the connection; later calls return the first call's result.
+// Blocked reads and writes return errors.
+func (c *Channel) Close() error {
+	c.closeOnce.Do(func() { c.closeErr = c.conn.Close() })
+	return c.closeErr
+}
+
+// PayloadFor returns a new, empty message of the kind frames of type typ
+// carry: *ctxdpb.Request for REQUEST, *ctxdpb.Response for RESPONSE and
+// *ctxdpb.StreamEvent for DATA; nil for CANCEL (empty payload) and unknown
+// types.
+func PayloadFor(typ uint8) proto.Message {
+	switch typ {
+	case TypeRequest:
+		return new(ctxdpb.Request)
+	case TypeResponse:
+		return new(ctxdpb.Response)
+	case TypeData:
+		return new(ctxdpb.StreamEvent)
+	}
+	return nil
+}
+
+// payloadName is the full name of PayloadFor(typ), "" for none.
+func payloadName(typ uint8) protoreflect.FullName {
+	switch typ {
+	case TypeRequest:
+		return (*ctxdpb.Request)(nil).ProtoReflect().Descriptor().FullName()
+	case TypeResponse:
+		return (*ctxdpb.Response)(nil).ProtoReflect().Descriptor().FullName()
+	case TypeData:
+		return (*ctxdpb.StreamEvent)(nil).ProtoReflect().Descriptor().FullName()
+	}
+	return ""
+}
+
+// Unmarshal decodes the payload of the frame h into m. A payload that is not
+// a valid encoding of m gives a *FrameError wrapping ErrMalformedFrame (and
+// so ErrProtocol).
+func Unmarshal(h Header, payload []byte, m proto.Message) error {
+	if err := proto.Unmarshal(payload, m); err != nil {
+		return malformed(h, fmt.Sprintf("payload is not a valid %s", m.ProtoReflect().Descriptor().FullName()), err)
+	}
+	return nil
+}
+
+func putWriteBuffer(bp *[]byte, b []byte) {
+	if cap(b) > maxKeptBuffer {
+		return
+	}
+	*bp = b[:0]
+	writeBuffers.Put(bp)
+}
+
+// asLocal marks a frame error as refused by this side before sending.
+func asLocal(err error) error {
+	if fe, ok := err.(*FrameError); ok {
+		fe.Local = true
+	}
+	return err
+}
+
+func clampLen(n int) uint32 {
+	if uint64(n) > uint64(^uint32(0)) {
+		return ^uint32(0)
+	}
+	return uint32(n)
+}

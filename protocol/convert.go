@@ -1,0 +1,46 @@
+package protocol
+
+import (
+	"github.com/ctxd/ctxd/policy"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// The enums of package policy and of the wire share their numbers, so
+// conversions are casts; unknown wire values pass through and are refused
+// by policy's validation.
+
+// SegmentToWire converts a policy segment to its wire form.
+func SegmentToWire(s policy.Segment) *pb.Segment {
+	return &pb.Segment{
+		Id: s.ID, Kind: pb.SegmentKind(s.Kind), Class: pb.CacheClass(s.Class),
+		InvalidateOnEdit: s.InvalidateOnEdit, InvalidateOnTurn: s.InvalidateOnTurn,
+		Paths: s.Paths, Text: s.Text, Stable: s.Stable,
+	}
+}
+
+// SegmentFromWire converts a wire segment to its policy form.
+func SegmentFromWire(s *pb.Segment) policy.Segment {
+	return policy.Segment{
+		ID: s.GetId(), Kind: policy.SegmentKind(s.GetKind()), Class: policy.CacheClass(s.GetClass()),
+		InvalidateOnEdit: s.GetInvalidateOnEdit(), InvalidateOnTurn: s.GetInvalidateOnTurn(),
+		Paths: s.GetPaths(), Text: s.GetText(), Stable: s.GetStable(),
+	}
+}
+
+// ManifestToWire converts a manifest to its wire form.
+func ManifestToWire(m policy.Manifest) *pb.Manifest {
+	w := &pb.Manifest{Template: m.Template, Segments: make([]*pb.Segment, len(m.Segments))}
+	for i, s := range m.Segments {
+		w.Segments[i] = SegmentToWire(s)
+	}
+	return w
+}
+
+// ManifestFromWire converts a wire manifest; nil gives an empty manifest.
+func ManifestFromWire(w *pb.Manifest) policy.Manifest {
+	m := policy.Manifest{Template: w.GetTemplate(), Segments: make([]policy.Segment, len(w.GetSegments()))}
+	for i, s := range w.GetSegments() {
+		m.Segments[i] = SegmentFromWire(s)
+	}
+	return m
+}

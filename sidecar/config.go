@@ -1,0 +1,77 @@
+package sidecar
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+)
+
+// Config configures a Server.
+type Config struct {
+	ModelPath      string        // loaded at start when set
+	ContextTokens  int           // --ctx; 0 derives it from capacity
+	SocketPath     string        // default DefaultSocketPath()
+	DataDir        string        // default DefaultDataDir()
+	KVType         policy.KVType // f16 default
+	FlashAttention bool
+	BatchTokens    int    // prefill batch; 0 = 512
+	Threads        int    // 0 = all CPUs
+	AllowUIDs      []int  // peers allowed besides the server's own uid
+	MaxFrame       uint32 // 0 = protocol.DefaultMaxFrame
+	Logger         *slog.Logger
+	// Version is reported in HelloReply and Status.
+	Version string
+}
+
+func (c *Config) fill() error {
+	if c.SocketPath == "" {
+		c.SocketPath = DefaultSocketPath()
+	}
+	if c.DataDir == "" {
+		c.DataDir = DefaultDataDir()
+	}
+	if c.MaxFrame == 0 {
+		c.MaxFrame = protocol.DefaultMaxFrame
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.ContextTokens < 0 {
+		return fmt.Errorf("%w: --ctx %d", ErrConfig, c.ContextTokens)
+	}
+	if !c.KVType.Valid() {
+		return fmt.Errorf("%w: KV type %v", ErrConfig, c.KVType)
+	}
+	return nil
+}
+
+// ErrConfig reports an invalid configuration value.
+var ErrConfig = errors.New("invalid configuration")
+
+// DefaultSocketPath is $XDG_RUNTIME_DIR/ctxd/ctxd.sock, or
+// /tmp/ctxd-UID/ctxd.sock without XDG_RUNTIME_DIR.
+func DefaultSocketPath() string {
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "ctxd", "ctxd.sock")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("ctxd-%d", os.Getuid()), "ctxd.sock")
+}
+
+// DefaultDataDir is $XDG_STATE_HOME/ctxd or ~/.local/state/ctxd.
+func DefaultDataDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "ctxd")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "ctxd")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("ctxd-state-%d", os.Getuid()))
+}

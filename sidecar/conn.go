@@ -1,0 +1,201 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// conn is one client connection: a reader loop that starts a goroutine per
+// call and cancels calls on CANCEL frames or disconnect.
+type conn struct {
+	id  uint64
+	// lastStream is the highest REQUEST stream id seen; ids must increase.
+	lastStream uint32
+	ch  *protocol.Channel
+	mu  sync.Mutex
+	inf map[uint32]context.CancelFunc // calls in flight by stream id
+	wg  sync.WaitGroup
+}
+
+func (srv *Server) serveConn(ctx context.Context, nc net.Conn) {
+	srv.mu.Lock()
+	srv.nextConn++
+	c := &conn{id: srv.nextConn, ch: protocol.NewChannel(nc, srv.cfg.MaxFrame), inf: map[uint32]context.CancelFunc{}}
+	srv.conns[c.id] = c
+	srv.mu.Unlock()
+	log := srv.log.With("conn", c.id)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer func() {
+		cancel()
+		c.wg.Wait()
+		c.ch.Close()
+		srv.mu.Lock()
+		delete(srv.conns, c.id)
+		var owned []*session
+		for _, s := range srv.sessions {
+			if s.connID == c.id {
+				owned = append(owned, s)
+			}
+		}
+		srv.mu.Unlock()
+		for _, s := range owned {
+			srv.dropSession(context.Background(), s)
+		}
+		if len(owned) > 0 {
+			log.Debug("client gone; sessions closed", "sessions", len(owned))
+		}
+	}()
+
+	if err := srv.checkPeer(nc); err != nil {
+		log.Warn("peer refused", "err", err)
+		c.ch.WriteMessage(0, protocol.TypeResponse, 0, &pb.Response{Error: protocol.ToWire(err)})
+		return
+	}
+	if err := srv.handshake(c); err != nil {
+		if !errors.Is(err, io.EOF) {
+			log.Debug("handshake failed", "err", err)
+		}
+		return
+	}
+	for {
+		h, payload, err := c.ch.ReadFrame()
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, os.ErrDeadlineExceeded) {
+				return
+			}
+			srv.protocolError(c, err)
+			return
+		}
+		switch h.Type {
+		case protocol.TypeRequest:
+			req := new(pb.Request)
+			if err := protocol.Unmarshal(h, payload, req); err != nil {
+				srv.protocolError(c, err)
+				return
+			}
+			if h.StreamID <= c.lastStream {
+				srv.protocolError(c, fmt.Errorf("%w: stream id %d after %d: ids must increase", protocol.ErrProtocol, h.StreamID, c.lastStream))
+				return
+			}
+			c.lastStream = h.StreamID
+			if !srv.startCall(ctx, c, h.StreamID, req) {
+				srv.protocolError(c, fmt.Errorf("%w: stream %d is already in flight", protocol.ErrProtocol, h.StreamID))
+				return
+			}
+		case protocol.TypeCancel:
+			c.mu.Lock()
+			if f, ok := c.inf[h.StreamID]; ok {
+				f()
+			}
+			c.mu.Unlock()
+		default:
+			srv.protocolError(c, fmt.Errorf("%w: a client may not send %s frames", protocol.ErrProtocol, protocol.TypeName(h.Type)))
+			return
+		}
+	}
+}
+
+// protocolError answers on stream 0 and lets the caller close the
+// connection; other connections are untouched.
+func (srv *Server) protocolError(c *conn, err error) {
+	srv.log.Warn("protocol error; closing connection", "conn", c.id, "err", err)
+	w := protocol.ToWire(err)
+	w.Code = pb.ErrorCode_ERROR_CODE_PROTOCOL
+	c.ch.WriteMessage(0, protocol.TypeResponse, 0, &pb.Response{Error: w})
+}
+
+func (srv *Server) handshake(c *conn) error {
+	h, payload, err := c.ch.ReadFrame()
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return err
+		}
+		srv.protocolError(c, err)
+		return err
+	}
+	req := new(pb.Request)
+	if h.Type != protocol.TypeRequest || protocol.Unmarshal(h, payload, req) != nil || req.GetHello() == nil {
+		err := fmt.Errorf("%w: the first frame must be a hello request", protocol.ErrProtocol)
+		srv.protocolError(c, err)
+		return err
+	}
+	c.lastStream = h.StreamID
+	hello := req.GetHello()
+	v, err := protocol.NegotiateVersion(hello.GetMinVersion(), hello.GetMaxVersion())
+	if err != nil {
+		c.ch.WriteMessage(h.StreamID, protocol.TypeResponse, 0, &pb.Response{Error: protocol.ToWire(err)})
+		return err
+	}
+	return c.ch.WriteMessage(h.StreamID, protocol.TypeResponse, 0, &pb.Response{Body: &pb.Response_Hello{Hello: &pb.HelloReply{
+		Version: v, ServerVersion: srv.cfg.Version, MaxFrameBytes: srv.cfg.MaxFrame,
+	}}})
+}
+
+// startCall runs req in its own goroutine; false when the stream id is
+// already in flight.
+func (srv *Server) startCall(ctx context.Context, c *conn, stream uint32, req *pb.Request) bool {
+	callCtx, cancel := context.WithCancel(ctx)
+	c.mu.Lock()
+	if _, dup := c.inf[stream]; dup {
+		c.mu.Unlock()
+		cancel()
+		return false
+	}
+	c.inf[stream] = cancel
+	c.mu.Unlock()
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer func() {
+			c.mu.Lock()
+			delete(c.inf, stream)
+			c.mu.Unlock()
+			cancel()
+		}()
+		emit := func(ev *pb.StreamEvent) error {
+			return c.ch.WriteMessage(stream, protocol.TypeData, 0, ev)
+		}
+		resp := srv.Handle(callCtx, c.id, req, emit)
+		c.ch.WriteMessage(stream, protocol.TypeResponse, 0, resp)
+	}()
+	return true
+}
+
+// checkPeer allows peers with the server's uid or a configured uid.
+func (srv *Server) checkPeer(nc net.Conn) error {
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		return nil // in-memory pipes in tests carry no credentials
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return err
+	}
+	if cerr != nil {
+		return fmt.Errorf("%w: reading peer credentials: %v", protocol.ErrPermissionDenied, cerr)
+	}
+	uid := int(cred.Uid)
+	if uid == os.Getuid() || slices.Contains(srv.cfg.AllowUIDs, uid) {
+		return nil
+	}
+	return fmt.Errorf("%w: peer uid %d (pid %d) is not allowed", protocol.ErrPermissionDenied, uid, cred.Pid)
+}

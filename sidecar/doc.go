@@ -1,0 +1,21 @@
+// Package sidecar is the ctxd daemon: it owns the single model slot and the
+// sessions' resident KV state, serves the wire protocol of PROTOCOL.md on a
+// Unix socket, and carries out what package policy decides through package
+// engine.
+//
+// Invariants:
+//   - One owner: a Server holds an exclusive lock on its data directory for
+//     its whole life; a second Server on the same directory refuses to
+//     start, and an owner whose lock file is removed or replaced fences
+//     itself (stops serving) rather than share state.
+//   - One model slot: loading, switching or unloading a model while any
+//     session is open fails with ErrModelBusy.
+//   - One engine user at a time: every engine call runs under the slot's
+//     token, so sessions interleave only between calls.
+//   - A session's tape mirrors its KV exactly: token i of the tape sits at
+//     position i of sequence 0 whenever the session is resident, and every
+//     failure (bad input, cancellation, a vanished client) leaves the tape
+//     and the KV equal to each other.
+//   - Only peers with the server's uid (or a configured allow list) talk to
+//     it.
+package sidecar

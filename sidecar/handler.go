@@ -1,0 +1,178 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ctxd/ctxd/engine/llama"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// Emitter sends one streamed event of a call (a DATA frame on the wire).
+type Emitter func(*pb.StreamEvent) error
+
+// Handle serves one request. It is the whole server minus the socket:
+// connections call it for every REQUEST frame, and benchmarks call it
+// in-process to measure what the socket adds. connID identifies the caller
+// for session ownership (0 for in-process callers).
+func (srv *Server) Handle(ctx context.Context, connID uint64, req *pb.Request, emit Emitter) *pb.Response {
+	resp, err := srv.handle(ctx, connID, req, emit)
+	if err != nil {
+		srv.log.Debug("call failed", "conn", connID, "err", err)
+		return &pb.Response{Error: protocol.ToWire(err)}
+	}
+	return resp
+}
+
+func (srv *Server) handle(ctx context.Context, connID uint64, req *pb.Request, emit Emitter) (*pb.Response, error) {
+	if err := srv.fenced(); err != nil {
+		return nil, err
+	}
+	switch b := req.Body.(type) {
+	case *pb.Request_Ping:
+		return &pb.Response{Body: &pb.Response_Ping{Ping: &pb.PingReply{Payload: b.Ping.GetPayload()}}}, nil
+	case *pb.Request_Hello:
+		return nil, fmt.Errorf("%w: hello is only valid as the first frame", protocol.ErrProtocol)
+	case *pb.Request_Status:
+		r, err := srv.status(ctx)
+		return wrap(r, err, func(r *pb.StatusReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_Status{Status: r}}
+		})
+	case *pb.Request_LoadModel:
+		r, err := srv.loadModel(ctx, b.LoadModel)
+		return wrap(r, err, func(r *pb.LoadModelReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_LoadModel{LoadModel: r}}
+		})
+	case *pb.Request_UnloadModel:
+		err := srv.unloadModel(ctx)
+		return wrap(&pb.UnloadModelReply{}, err, func(r *pb.UnloadModelReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_UnloadModel{UnloadModel: r}}
+		})
+	case *pb.Request_OpenSession:
+		r, err := srv.openSession(ctx, connID, b.OpenSession)
+		return wrap(r, err, func(r *pb.OpenSessionReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_OpenSession{OpenSession: r}}
+		})
+	case *pb.Request_EnsurePrefix:
+		r, err := srv.ensurePrefix(ctx, connID, b.EnsurePrefix)
+		return wrap(r, err, func(r *pb.PrefixReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_EnsurePrefix{EnsurePrefix: r}}
+		})
+	case *pb.Request_PrefillSuffix:
+		r, err := srv.prefillSuffix(ctx, connID, b.PrefillSuffix)
+		return wrap(r, err, func(r *pb.PrefixReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_PrefillSuffix{PrefillSuffix: r}}
+		})
+	case *pb.Request_Decode:
+		r, err := srv.decode(ctx, connID, b.Decode, emit)
+		return wrap(r, err, func(r *pb.DecodeReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_Decode{Decode: r}}
+		})
+	case *pb.Request_Explain:
+		r, err := srv.explain(ctx, b.Explain)
+		return wrap(r, err, func(r *pb.ExplainReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_Explain{Explain: r}}
+		})
+	case *pb.Request_CloseSession:
+		err := srv.closeSession(ctx, connID, b.CloseSession.GetSessionId())
+		return wrap(&pb.CloseSessionReply{}, err, func(r *pb.CloseSessionReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_CloseSession{CloseSession: r}}
+		})
+	default:
+		return nil, fmt.Errorf("%w: request without a known body", protocol.ErrInvalidArgument)
+	}
+}
+
+func wrap[T any](r T, err error, f func(T) *pb.Response) (*pb.Response, error) {
+	if err != nil {
+		return nil, err
+	}
+	return f(r), nil
+}
+
+func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
+	if err := srv.slot.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer srv.slot.release()
+	r := &pb.StatusReply{
+		ServerVersion:  srv.cfg.Version,
+		UptimeMs:       time.Since(srv.started).Milliseconds(),
+		KvType:         srv.cfg.KVType.String(),
+		FlashAttention: srv.cfg.FlashAttention,
+		SystemInfo:     llama.SystemInfo(),
+	}
+	srv.mu.Lock()
+	r.Sessions = int32(len(srv.sessions))
+	srv.mu.Unlock()
+	if srv.slot.model != nil {
+		r.Model = srv.modelInfo()
+		r.Capacity = capacityToWire(srv.slot.capacity)
+	}
+	return r, nil
+}
+
+func (srv *Server) modelInfo() *pb.ModelInfo {
+	f := srv.slot.facts
+	return &pb.ModelInfo{
+		Path: f.Path, Digest: f.Digest, Description: f.Description,
+		Layers: int32(f.Layers), KvHeads: int32(f.KVHeads), HeadDim: int32(f.HeadDim),
+		TrainedContext: int32(f.TrainedContext), VocabSize: int32(f.VocabSize),
+		KvBytesPerToken: f.KVBytesPerToken(srv.cfg.KVType), WeightsBytes: f.WeightsBytes,
+	}
+}
+
+func capacityToWire(c policy.Capacity) *pb.Capacity {
+	return &pb.Capacity{
+		KvBytesPerToken: c.KVBytesPerToken, UsableBytes: c.UsableBytes, WeightsBytes: c.WeightsBytes,
+		OverheadBytes: c.OverheadBytes, EffectiveTokens: c.EffectiveTokens, ModelMaxTokens: c.ModelMaxTokens,
+		ContextTokens: c.ContextTokens, Clamped: c.Clamped, Reason: c.Reason, MemoryKind: c.MemoryKind,
+	}
+}
+
+func (srv *Server) loadModel(ctx context.Context, r *pb.LoadModelRequest) (*pb.LoadModelReply, error) {
+	if r.GetPath() == "" || r.GetContextTokens() < 0 {
+		return nil, fmt.Errorf("%w: load_model needs a path and a non-negative context", protocol.ErrInvalidArgument)
+	}
+	if err := srv.slot.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer srv.slot.release()
+	if err := srv.loadLocked(r.GetPath(), int(r.GetContextTokens())); err != nil {
+		return nil, err
+	}
+	return &pb.LoadModelReply{Model: srv.modelInfo(), Capacity: capacityToWire(srv.slot.capacity)}, nil
+}
+
+// loadLocked loads a model; the caller holds the slot token.
+func (srv *Server) loadLocked(path string, ctxTokens int) error {
+	warn, err := srv.slot.load(loadOptions{
+		path: path, contextTokens: ctxTokens, kvType: srv.cfg.KVType,
+		flashAttention: srv.cfg.FlashAttention, batchTokens: srv.cfg.BatchTokens, threads: srv.cfg.Threads,
+	})
+	if err != nil {
+		return err
+	}
+	c := srv.slot.capacity
+	srv.log.Info("model loaded", "path", path, "digest", srv.slot.facts.Digest[:16],
+		"ctx", c.ContextTokens, "effective", c.EffectiveTokens, "kv_bytes_per_token", c.KVBytesPerToken, "bound", c.Reason)
+	if warn != "" {
+		srv.log.Warn(warn)
+	}
+	return nil
+}
+
+func (srv *Server) unloadModel(ctx context.Context) error {
+	if err := srv.slot.acquire(ctx); err != nil {
+		return err
+	}
+	defer srv.slot.release()
+	if srv.slot.holders > 0 {
+		return fmt.Errorf("%w: %d sessions are open", protocol.ErrModelBusy, srv.slot.holders)
+	}
+	srv.slot.unload()
+	return nil
+}

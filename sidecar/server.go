@@ -1,0 +1,188 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ctxd/ctxd/protocol"
+)
+
+// Server is the ctxd daemon.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	owner   *ownerLock
+	slot    *slot
+	started time.Time
+
+	mu          sync.Mutex // guards the fields below
+	sessions    map[uint64]*session
+	nextSession uint64
+	lastSession uint64
+	conns       map[uint64]*conn
+	nextConn    uint64
+	listener    net.Listener
+
+	fence atomic.Pointer[error] // set when the lease is lost
+	wg    sync.WaitGroup        // connections
+}
+
+// New takes ownership of the data directory and loads the configured
+// model. It fails with ErrAlreadyRunning when another ctxd owns it.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	owner, err := acquireOwner(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	srv := &Server{
+		cfg: cfg, log: cfg.Logger, owner: owner, slot: newSlot(), started: time.Now(),
+		sessions: map[uint64]*session{}, conns: map[uint64]*conn{},
+	}
+	if cfg.ModelPath != "" {
+		if err := srv.loadLocked(cfg.ModelPath, cfg.ContextTokens); err != nil {
+			owner.release()
+			return nil, err
+		}
+	}
+	return srv, nil
+}
+
+// Listen creates the socket: its folder 0700, the socket 0600. A stale
+// socket file is replaced; a live one (another server answers) is an error.
+func (srv *Server) Listen() (net.Listener, error) {
+	path := srv.cfg.SocketPath
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("socket folder: %w", err)
+	}
+	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("socket folder: %w", err)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: a server already answers on %s", ErrAlreadyRunning, path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("stale socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	return ln, nil
+}
+
+// Serve accepts connections on ln until ctx ends or the lease is lost.
+func (srv *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv.mu.Lock()
+	srv.listener = ln
+	srv.mu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go srv.watchLease(ctx, cancel)
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	srv.log.Info("serving", "socket", ln.Addr().String(), "data_dir", srv.cfg.DataDir)
+	var tempDelay time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				srv.closeConns()
+				srv.wg.Wait()
+				if cause := context.Cause(ctx); errors.Is(cause, ErrLeaseLost) {
+					return cause
+				}
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
+				time.Sleep(tempDelay)
+				continue
+			}
+			return err
+		}
+		tempDelay = 0
+		srv.wg.Add(1)
+		go func() {
+			defer srv.wg.Done()
+			srv.serveConn(ctx, nc)
+		}()
+	}
+}
+
+// watchLease fences the server when its lock file disappears or changes.
+func (srv *Server) watchLease(ctx context.Context, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := srv.owner.check(); err != nil {
+				srv.fence.Store(&err)
+				srv.log.Error("fencing: ownership lost, refusing all calls", "err", err)
+				cancel(err)
+				return
+			}
+		}
+	}
+}
+
+func (srv *Server) fenced() error {
+	if p := srv.fence.Load(); p != nil {
+		return fmt.Errorf("%w: %v", protocol.ErrInternal, *p)
+	}
+	return nil
+}
+
+// Close ends every session, frees the model and releases ownership.
+func (srv *Server) Close() error {
+	srv.closeConns()
+	srv.wg.Wait()
+	ctx := context.Background()
+	srv.mu.Lock()
+	all := make([]*session, 0, len(srv.sessions))
+	for _, s := range srv.sessions {
+		all = append(all, s)
+	}
+	srv.mu.Unlock()
+	for _, s := range all {
+		srv.dropSession(ctx, s)
+	}
+	if err := srv.slot.acquire(ctx); err == nil {
+		srv.slot.unload()
+		srv.slot.release()
+	}
+	srv.owner.release()
+	return nil
+}
+
+func (srv *Server) closeConns() {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	for _, c := range srv.conns {
+		c.ch.Close()
+	}
+}

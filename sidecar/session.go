@@ -1,0 +1,198 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+)
+
+// span attributes a run of tape tokens to the segment that produced them.
+type span struct {
+	seg        policy.Segment // Text is cleared: the tape holds the tokens
+	start, end int
+	generated  bool
+}
+
+// session is one agent conversation: a tape of tokens whose KV is resident
+// in the slot's sequence 0 or parked in host memory.
+type session struct {
+	id     uint64
+	name   string
+	connID uint64
+	busy   sync.Mutex // one call at a time (TryLock → ErrSessionBusy)
+
+	// Guarded by the slot token.
+	tape     []engine.Token
+	spans    []span
+	manifest *policy.Manifest // from the last EnsurePrefix
+	compat   string
+	parked   *engine.SeqState
+	// logitsAt is the tape length for which the engine holds the last
+	// token's logits, or -1.
+	logitsAt int
+	tokCache map[[32]byte][]engine.Token
+	lastUsed time.Time
+	closed   bool
+}
+
+func newSession(id uint64, name string, connID uint64) *session {
+	return &session{id: id, name: name, connID: connID, logitsAt: -1, tokCache: map[[32]byte][]engine.Token{}, lastUsed: time.Now()}
+}
+
+func (s *session) resetTape() {
+	s.tape, s.spans, s.logitsAt = nil, nil, -1
+}
+
+// syncResult counts what one tape synchronisation did.
+type syncResult struct {
+	promptTokens, reusable, reused, prefilled, dropped int
+}
+
+// prompt is a tokenized run of segments.
+type prompt struct {
+	tokens []engine.Token
+	spans  []span
+}
+
+// tokenizeSegments renders segments into tokens, BOS first when first is
+// set. Each segment is tokenized on its own, so a segment's tokens never
+// depend on its neighbours and reuse boundaries are stable.
+func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first bool, pos0 int) (prompt, error) {
+	var p prompt
+	m := srv.slot.model
+	if first && srv.slot.facts.AddBOS {
+		p.tokens = append(p.tokens, srv.slot.facts.BOS)
+		p.spans = append(p.spans, span{seg: policy.Segment{ID: "<bos>", Kind: policy.KindSystem, Class: policy.ClassTaskPinned, Stable: true}, start: pos0, end: pos0 + 1})
+	}
+	for _, seg := range segs {
+		key := seg.Digest()
+		toks, ok := sess.tokCache[key]
+		if !ok {
+			var err error
+			toks, err = m.Tokenize(seg.Text, false)
+			if err != nil {
+				return prompt{}, fmt.Errorf("%w: segment %q: %v", protocol.ErrInvalidManifest, seg.ID, err)
+			}
+			if len(sess.tokCache) > 8192 {
+				clear(sess.tokCache)
+			}
+			sess.tokCache[key] = toks
+		}
+		start := pos0 + len(p.tokens)
+		p.tokens = append(p.tokens, toks...)
+		meta := seg
+		meta.Text = ""
+		p.spans = append(p.spans, span{seg: meta, start: start, end: pos0 + len(p.tokens)})
+	}
+	return p, nil
+}
+
+// sync makes the tape equal target (tokens and spans), keeping the longest
+// common prefix resident and prefilling the rest. With needLogits the last
+// token's logits are left in the engine (recomputing one token if all was
+// reused). With keepTail a tape that already extends target is left as is.
+// The caller holds the slot token and sess is resident.
+func (srv *Server) sync(ctx context.Context, sess *session, target prompt, needLogits, keepTail bool) (syncResult, error) {
+	r := syncResult{promptTokens: len(target.tokens)}
+	limit := srv.slot.contextTokens()
+	if len(target.tokens) > limit {
+		return r, protocol.OverflowError{PromptTokens: int64(len(target.tokens)), ContextTokens: int64(limit)}
+	}
+	lcp := commonPrefix(sess.tape, target.tokens)
+	r.reusable = lcp
+	keep := lcp
+	if keep == len(target.tokens) {
+		if keepTail && !needLogits {
+			r.reused = keep
+			return r, nil
+		}
+		if needLogits && keep > 0 && sess.logitsAt != keep {
+			keep-- // recompute the last token for its logits
+		}
+	}
+	ectx := srv.slot.ectx
+	if keep < len(sess.tape) {
+		n, err := ectx.Remove(keep, -1)
+		if err != nil {
+			return r, fmt.Errorf("%w: %v", protocol.ErrInternal, err)
+		}
+		r.dropped = n
+		sess.truncate(keep)
+	}
+	if err := srv.prefill(ctx, sess, target, keep); err != nil {
+		return r, err
+	}
+	r.reused = keep
+	r.prefilled = len(target.tokens) - keep
+	// Adopt target's spans for the tokens it covers.
+	sess.spans = target.spans
+	return r, nil
+}
+
+// prefill decodes target.tokens[from:] in chunks, extending the tape as
+// each chunk lands so a cancellation keeps what was done.
+func (srv *Server) prefill(ctx context.Context, sess *session, target prompt, from int) error {
+	ectx := srv.slot.ectx
+	chunk := ectx.Options().BatchTokens * 4
+	for off := from; off < len(target.tokens); off += chunk {
+		end := min(off+chunk, len(target.tokens))
+		if err := ectx.Decode(ctx, target.tokens[off:end], off); err != nil {
+			sess.logitsAt = -1
+			sess.spans = clipSpans(target.spans, len(sess.tape))
+			return engineErr(err)
+		}
+		sess.tape = append(sess.tape, target.tokens[off:end]...)
+		sess.logitsAt = len(sess.tape)
+	}
+	return nil
+}
+
+func (s *session) truncate(n int) {
+	s.tape = s.tape[:n]
+	s.spans = clipSpans(s.spans, n)
+	if s.logitsAt > n {
+		s.logitsAt = -1
+	}
+}
+
+func clipSpans(spans []span, n int) []span {
+	out := make([]span, 0, len(spans))
+	for _, sp := range spans {
+		if sp.start >= n {
+			break
+		}
+		sp.end = min(sp.end, n)
+		out = append(out, sp)
+	}
+	return out
+}
+
+func commonPrefix(a, b []engine.Token) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// engineErr maps engine errors onto protocol sentinels.
+func engineErr(err error) error {
+	switch {
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %v", protocol.ErrCancelled, err)
+	case errors.Is(err, engine.ErrContextFull):
+		return fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
+	case errors.Is(err, engine.ErrInvalidArgument):
+		return fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
+	default:
+		return fmt.Errorf("%w: %v", protocol.ErrInternal, err)
+	}
+}

@@ -1,0 +1,381 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// formatVersion versions the meaning of KV bytes and tapes; part of every
+// compatibility key.
+const formatVersion = 1
+
+// templates renders segments to text; "plain" (or empty) uses each
+// segment's text as is.
+var templates = map[string]bool{"": true, "plain": true}
+
+func (srv *Server) openSession(ctx context.Context, connID uint64, r *pb.OpenSessionRequest) (*pb.OpenSessionReply, error) {
+	if len(r.GetName()) > 256 {
+		return nil, fmt.Errorf("%w: session name longer than 256 bytes", protocol.ErrInvalidArgument)
+	}
+	if err := srv.slot.acquire(ctx); err != nil {
+		return nil, err
+	}
+	defer srv.slot.release()
+	if srv.slot.model == nil {
+		return nil, protocol.ErrNoModel
+	}
+	srv.mu.Lock()
+	srv.nextSession++
+	sess := newSession(srv.nextSession, r.GetName(), connID)
+	srv.sessions[sess.id] = sess
+	srv.mu.Unlock()
+	srv.slot.holders++
+	srv.log.Debug("session opened", "session", sess.id, "name", sess.name, "conn", connID)
+	return &pb.OpenSessionReply{SessionId: sess.id, ContextTokens: int64(srv.slot.contextTokens()), CompatKey: srv.compatKey("plain")}, nil
+}
+
+func (srv *Server) compatKey(template string) string {
+	if template == "" {
+		template = "plain"
+	}
+	return policy.CompatKey{
+		ModelDigest: srv.slot.facts.Digest, Template: template, KVType: srv.cfg.KVType,
+		FlashAttention: srv.cfg.FlashAttention, ContextTokens: int64(srv.slot.contextTokens()),
+		FormatVersion: formatVersion,
+	}.String()
+}
+
+// withSession finds the caller's session, marks it busy, takes the engine
+// token and makes the session resident, then runs f.
+func (srv *Server) withSession(ctx context.Context, connID, id uint64, f func(*session) error) error {
+	srv.mu.Lock()
+	sess, ok := srv.sessions[id]
+	srv.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: session %d", protocol.ErrNotFound, id)
+	}
+	if connID != 0 && sess.connID != connID {
+		return fmt.Errorf("%w: session %d belongs to another connection", protocol.ErrPermissionDenied, id)
+	}
+	if !sess.busy.TryLock() {
+		return fmt.Errorf("%w: session %d has a call in flight", protocol.ErrSessionBusy, id)
+	}
+	defer sess.busy.Unlock()
+	if err := srv.slot.acquire(ctx); err != nil {
+		return fmt.Errorf("%w: waiting for the engine: %v", protocol.ErrCancelled, err)
+	}
+	defer srv.slot.release()
+	if sess.closed {
+		return fmt.Errorf("%w: session %d is closed", protocol.ErrNotFound, id)
+	}
+	if srv.slot.model == nil {
+		return protocol.ErrNoModel
+	}
+	if err := srv.slot.makeResident(sess); err != nil {
+		return err
+	}
+	sess.lastUsed = time.Now()
+	srv.mu.Lock()
+	srv.lastSession = sess.id
+	srv.mu.Unlock()
+	return f(sess)
+}
+
+func prefixReply(r syncResult, start time.Time) *pb.PrefixReply {
+	return &pb.PrefixReply{
+		PromptTokens: int64(r.promptTokens), ReusableTokens: int64(r.reusable), ReusedTokens: int64(r.reused),
+		PrefilledTokens: int64(r.prefilled), DroppedTokens: int64(r.dropped), ElapsedUs: time.Since(start).Microseconds(),
+	}
+}
+
+func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.EnsurePrefixRequest) (*pb.PrefixReply, error) {
+	start := time.Now()
+	m := protocol.ManifestFromWire(r.GetManifest())
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", protocol.ErrInvalidManifest, err)
+	}
+	if !templates[m.Template] {
+		return nil, fmt.Errorf("%w: unknown prompt template %q (known: plain)", protocol.ErrInvalidManifest, m.Template)
+	}
+	var res syncResult
+	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
+		key := srv.compatKey(m.Template)
+		if sess.compat != "" && sess.compat != key {
+			return fmt.Errorf("%w: the session's KV was built under compatibility key %s (template %q); this manifest needs %s: open a new session",
+				protocol.ErrIncompatible, sess.compat, sess.manifest.Template, key)
+		}
+		target, err := srv.tokenizeSegments(sess, m.StablePrefix(), true, 0)
+		if err != nil {
+			return err
+		}
+		res, err = srv.sync(ctx, sess, target, false, true)
+		if errors.Is(err, protocol.ErrContextOverflow) {
+			return err // nothing was touched
+		}
+		// The manifest is adopted even after a partial prefill: the tape
+		// says exactly what is resident.
+		sess.manifest, sess.compat = &m, key
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return prefixReply(res, start), nil
+}
+
+func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.PrefillSuffixRequest) (*pb.PrefixReply, error) {
+	start := time.Now()
+	extra := make([]policy.Segment, len(r.GetExtra()))
+	for i, w := range r.GetExtra() {
+		extra[i] = protocol.SegmentFromWire(w)
+		extra[i].Stable = false
+	}
+	var res syncResult
+	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
+		if sess.manifest == nil {
+			return fmt.Errorf("%w: prefill_suffix before ensure_prefix", protocol.ErrInvalidArgument)
+		}
+		all := policy.Manifest{Template: sess.manifest.Template, Segments: append(append([]policy.Segment(nil), sess.manifest.Segments...), extra...)}
+		if err := all.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", protocol.ErrInvalidManifest, err)
+		}
+		stable, err := srv.tokenizeSegments(sess, all.StablePrefix(), true, 0)
+		if err != nil {
+			return err
+		}
+		suffix, err := srv.tokenizeSegments(sess, all.Suffix(), false, len(stable.tokens))
+		if err != nil {
+			return err
+		}
+		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...)}
+		res, err = srv.sync(ctx, sess, target, true, false)
+		// Report the suffix part only: EnsurePrefix reported the prefix.
+		base := len(stable.tokens)
+		res.reusable = max(0, res.reusable-base)
+		res.reused = max(0, res.reused-base)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return prefixReply(res, start), nil
+}
+
+const maxDecodeTokens = 1 << 20
+
+func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeRequest, emit Emitter) (*pb.DecodeReply, error) {
+	start := time.Now()
+	if r.GetMaxTokens() <= 0 || r.GetMaxTokens() > maxDecodeTokens {
+		return nil, fmt.Errorf("%w: max_tokens %d outside 1..%d", protocol.ErrInvalidArgument, r.GetMaxTokens(), maxDecodeTokens)
+	}
+	for _, s := range r.GetStop() {
+		if s == "" || len(s) > 1024 || !utf8.ValidString(s) {
+			return nil, fmt.Errorf("%w: stop strings must be valid UTF-8 of 1..1024 bytes", protocol.ErrInvalidArgument)
+		}
+	}
+	sp := r.GetSampling()
+	params := engine.SamplingParams{Temperature: sp.GetTemperature(), TopK: int(sp.GetTopK()), TopP: sp.GetTopP(), Seed: sp.GetSeed()}
+	reply := &pb.DecodeReply{}
+	var out textOut
+	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
+		ectx := srv.slot.ectx
+		if len(sess.tape) == 0 {
+			return fmt.Errorf("%w: decode on an empty session", protocol.ErrInvalidArgument)
+		}
+		if sess.logitsAt != len(sess.tape) || ectx.Logits() == nil {
+			// Logits were lost (parked, or nothing prefilled): recompute the
+			// last token.
+			last := len(sess.tape) - 1
+			if _, err := ectx.Remove(last, -1); err != nil {
+				return engineErr(err)
+			}
+			tok := sess.tape[last]
+			sess.truncate(last)
+			if err := ectx.Decode(ctx, []engine.Token{tok}, last); err != nil {
+				sess.logitsAt = -1
+				sess.spans = clipSpans(sess.spans, last)
+				return engineErr(err)
+			}
+			sess.tape = append(sess.tape, tok)
+			sess.logitsAt = len(sess.tape)
+		}
+		smp, err := ectx.NewSampler(params)
+		if err != nil {
+			return fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
+		}
+		defer smp.Close()
+		genStart := len(sess.tape)
+		sess.spans = append(sess.spans, span{seg: policy.Segment{ID: "<generated>", Kind: policy.KindUserTurn, Class: policy.ClassVolatile}, start: genStart, end: genStart, generated: true})
+		defer func() {
+			if len(sess.tape) == genStart {
+				sess.spans = sess.spans[:len(sess.spans)-1]
+			} else {
+				sess.spans[len(sess.spans)-1].end = len(sess.tape)
+			}
+		}()
+		limit := srv.slot.contextTokens()
+		for i := 0; ; i++ {
+			if ctx.Err() != nil {
+				reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
+				return nil
+			}
+			if i == int(r.GetMaxTokens()) {
+				reply.Reason = pb.StopReason_STOP_REASON_MAX_TOKENS
+				return nil
+			}
+			tok := ectx.Sample(smp)
+			if tok < 0 {
+				return fmt.Errorf("%w: sampler returned no token", protocol.ErrInternal)
+			}
+			if srv.slot.model.IsEOG(tok) {
+				reply.Reason = pb.StopReason_STOP_REASON_END_OF_GENERATION
+				return nil
+			}
+			piece := out.push(srv.slot.model.Piece(tok))
+			ev := &pb.TokenEvent{Token: tok, Piece: piece, ElapsedUs: time.Since(start).Microseconds()}
+			if r.GetReturnLogits() {
+				ev.Logits = append([]float32(nil), ectx.Logits()...)
+			}
+			if err := emit(&pb.StreamEvent{Body: &pb.StreamEvent_Token{Token: ev}}); err != nil {
+				if errors.Is(err, protocol.ErrFrameTooLarge) {
+					return fmt.Errorf("%w: a token event does not fit a frame: %v", protocol.ErrResourceExhausted, err)
+				}
+				reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
+				return nil // the client is gone; the tape stays consistent
+			}
+			reply.Tokens++
+			if len(sess.tape) >= limit {
+				reply.Reason = pb.StopReason_STOP_REASON_CONTEXT_FULL
+				break
+			}
+			pos := len(sess.tape)
+			if err := ectx.Decode(ctx, []engine.Token{tok}, pos); err != nil {
+				sess.logitsAt = -1
+				if ctx.Err() != nil {
+					reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
+					return nil
+				}
+				return engineErr(err)
+			}
+			sess.tape = append(sess.tape, tok)
+			sess.logitsAt = len(sess.tape)
+			if out.stop(r.GetStop()) {
+				reply.Reason = pb.StopReason_STOP_REASON_STOP_STRING
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	reply.Text = out.final()
+	reply.ElapsedUs = time.Since(start).Microseconds()
+	return reply, nil
+}
+
+// textOut assembles generated text as valid UTF-8: bytes of a character
+// split across tokens are held back until it is complete.
+type textOut struct {
+	text    strings.Builder // emitted, valid UTF-8
+	pending []byte          // an incomplete character's first bytes
+	cut     int             // text length up to a stop string, or -1
+}
+
+// push adds a token's bytes and returns the valid UTF-8 they complete.
+func (o *textOut) push(piece string) string {
+	o.pending = append(o.pending, piece...)
+	n := validPrefix(o.pending)
+	// An invalid byte that can never complete becomes U+FFFD.
+	out := strings.ToValidUTF8(string(o.pending[:n]), "\uFFFD")
+	o.pending = append(o.pending[:0], o.pending[n:]...)
+	o.text.WriteString(out)
+	return out
+}
+
+// validPrefix is the length of b without a trailing incomplete character
+// (at most 3 bytes that could still become one).
+func validPrefix(b []byte) int {
+	for k := 1; k <= 3 && k <= len(b); k++ {
+		i := len(b) - k
+		if utf8.RuneStart(b[i]) {
+			if !utf8.FullRune(b[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(b)
+}
+
+// stop reports whether the text so far contains a stop string, recording
+// where the text ends.
+func (o *textOut) stop(stops []string) bool {
+	t := o.text.String()
+	for _, s := range stops {
+		if i := strings.Index(t, s); i >= 0 {
+			o.cut = i + 1
+			return true
+		}
+	}
+	return false
+}
+
+// final is the reply text: up to a stop string, with held-back bytes as
+// U+FFFD.
+func (o *textOut) final() string {
+	if o.cut > 0 {
+		return o.text.String()[:o.cut-1]
+	}
+	if len(o.pending) > 0 {
+		o.text.WriteString("\uFFFD")
+		o.pending = nil
+	}
+	return o.text.String()
+}
+
+func (srv *Server) closeSession(ctx context.Context, connID, id uint64) error {
+	srv.mu.Lock()
+	sess, ok := srv.sessions[id]
+	srv.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: session %d", protocol.ErrNotFound, id)
+	}
+	if connID != 0 && sess.connID != connID {
+		return fmt.Errorf("%w: session %d belongs to another connection", protocol.ErrPermissionDenied, id)
+	}
+	return srv.dropSession(ctx, sess)
+}
+
+// dropSession frees a session's KV and removes it. It waits for a call in
+// flight on the session to end (its context is cancelled by the caller).
+func (srv *Server) dropSession(ctx context.Context, sess *session) error {
+	sess.busy.Lock()
+	defer sess.busy.Unlock()
+	if err := srv.slot.acquire(ctx); err != nil {
+		return err
+	}
+	defer srv.slot.release()
+	if sess.closed {
+		return nil
+	}
+	sess.closed = true
+	if srv.slot.model != nil {
+		srv.slot.forget(sess)
+	}
+	srv.slot.holders--
+	srv.mu.Lock()
+	delete(srv.sessions, sess.id)
+	srv.mu.Unlock()
+	srv.log.Debug("session closed", "session", sess.id)
+	return nil
+}
