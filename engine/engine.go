@@ -54,7 +54,8 @@ type ContextOptions struct {
 	BatchTokens    int           // largest batch per decode step; 0 = 512
 	KVType         policy.KVType // f16 or q8_0 (q8_0 needs flash attention)
 	FlashAttention bool
-	Threads        int // 0 = all CPUs
+	Threads        int // prefill batches; 0 = all CPUs
+	DecodeThreads  int // single-token steps; 0 = Threads
 }
 
 // Model is a loaded model file.

@@ -196,3 +196,15 @@ func FuzzPlanCapacity(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeThreads(t *testing.T) {
+	if got := DecodeThreads(1<<20, 8); got != 1 {
+		t.Fatalf("small model: %d threads", got)
+	}
+	if got := DecodeThreads(4<<30, 8); got != 8 {
+		t.Fatalf("large model: %d threads", got)
+	}
+	if got := DecodeThreads(4<<30, 0); got != 1 {
+		t.Fatalf("no cpus: %d threads", got)
+	}
+}

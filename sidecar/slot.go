@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/engine/llama"
@@ -95,6 +96,7 @@ func (s *slot) load(o loadOptions) (string, error) {
 		KVType:         o.kvType,
 		FlashAttention: o.flashAttention,
 		Threads:        o.threads,
+		DecodeThreads:  policy.DecodeThreads(facts.WeightsBytes, threadsOr(o.threads)),
 	})
 	if err != nil {
 		m.Close()
@@ -166,4 +168,11 @@ func (s *slot) forget(sess *session) {
 		s.resident = nil
 	}
 	sess.parked = nil
+}
+
+func threadsOr(n int) int {
+	if n > 0 {
+		return n
+	}
+	return runtime.NumCPU()
 }

@@ -70,6 +70,9 @@ func (md *Model) newContext(o engine.ContextOptions) (*Context, error) {
 	if o.Threads <= 0 {
 		o.Threads = runtime.NumCPU()
 	}
+	if o.DecodeThreads <= 0 {
+		o.DecodeThreads = o.Threads
+	}
 	var kt C.enum_ggml_type
 	switch o.KVType {
 	case policy.KVTypeF16:
@@ -95,7 +98,7 @@ func (md *Model) newContext(o engine.ContextOptions) (*Context, error) {
 	cp.n_ubatch = C.uint32_t(o.BatchTokens)
 	cp.n_seq_max = seqMax
 	cp.kv_unified = true
-	cp.n_threads = C.int32_t(o.Threads)
+	cp.n_threads = C.int32_t(o.DecodeThreads)
 	cp.n_threads_batch = C.int32_t(o.Threads)
 	cp.type_k = kt
 	cp.type_v = kt

@@ -1,0 +1,280 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/replay"
+	"github.com/ctxd/ctxd/internal/trace"
+	"github.com/ctxd/ctxd/policy"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+func cmdBench(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return usageError{fmt.Errorf("which benchmark? replay or socket")}
+	}
+	switch args[0] {
+	case "replay":
+		return benchReplay(ctx, e, args[1:])
+	case "socket":
+		return benchSocket(ctx, e, args[1:])
+	}
+	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket)", args[0])}
+}
+
+func defaultModel() string {
+	if m := os.Getenv("CTXD_MODEL"); m != "" {
+		return m
+	}
+	return "../shared/models/stories260K.gguf"
+}
+
+// benchReplay replays every trace of a folder with --verify-cold and
+// prints each summary plus the totals over all traces.
+func benchReplay(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("bench replay", flag.ContinueOnError)
+	traces := fs.String("traces", envOr("CTXD_TRACES", "../shared/traces"), "folder of .traj files")
+	model := fs.String("model", defaultModel(), "model for the private daemon")
+	ctxTokens := fs.Int("ctx", 4096, "context tokens (dense attention: keep ≤ 8k on CPUs)")
+	decodeTokens := fs.Int("decode-tokens", 4, "greedy tokens per turn")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	files, _ := filepath.Glob(filepath.Join(*traces, "*.traj"))
+	if len(files) == 0 {
+		return fmt.Errorf("no .traj files in %s", *traces)
+	}
+	sort.Strings(files)
+	c, done, err := e.connect(ctx, *model, *ctxTokens)
+	if err != nil {
+		return err
+	}
+	defer done()
+	type result struct {
+		Trace   string         `json:"trace"`
+		Summary replay.Summary `json:"summary"`
+	}
+	var out struct {
+		Model   string   `json:"model"`
+		Context int      `json:"context_tokens"`
+		Traces  []result `json:"traces"`
+		Total   struct {
+			Turns         int     `json:"turns"`
+			ReuseRatio    float64 `json:"reuse_ratio"`
+			PromptReuse   float64 `json:"prompt_reuse"`
+			WarmColdRatio float64 `json:"warm_cold_ratio"`
+			WarmColdBound float64 `json:"warm_cold_bound"`
+			ColdMatchAll  bool    `json:"cold_match_all"`
+			MaxLogitDiff  float64 `json:"max_logit_diff"`
+		} `json:"total"`
+	}
+	out.Model, out.Context = *model, *ctxTokens
+	var reused, reusable, prompt int
+	var warm, cold float64
+	out.Total.ColdMatchAll = true
+	for _, f := range files {
+		tr, err := trace.Load(f)
+		if err != nil {
+			return err
+		}
+		rep, err := replay.Run(ctx, c, tr, replay.Options{DecodeTokens: *decodeTokens, VerifyCold: true})
+		if err != nil {
+			return fmt.Errorf("%s: %w", f, err)
+		}
+		out.Traces = append(out.Traces, result{filepath.Base(f), rep.Summary})
+		if !*asJSON {
+			printSummary(e, rep)
+		}
+		for i, t := range rep.Turns {
+			if i == 0 {
+				continue
+			}
+			reused += t.ReusedTokens
+			reusable += t.ReusableTokens
+			prompt += t.PromptTokens
+			warm += t.LatencyMS
+			cold += *t.ColdLatencyMS
+		}
+		out.Total.Turns += rep.Summary.Turns
+		out.Total.ColdMatchAll = out.Total.ColdMatchAll && *rep.Summary.ColdMatchAll
+		out.Total.MaxLogitDiff = max(out.Total.MaxLogitDiff, *rep.Summary.MaxLogitDiff)
+	}
+	t := &out.Total
+	t.ReuseRatio = float64(reused) / float64(max(reusable, 1))
+	t.PromptReuse = float64(reused) / float64(max(prompt, 1))
+	t.WarmColdRatio = warm / max(cold, 1e-9)
+	t.WarmColdBound = 3 * (1 - t.PromptReuse)
+	if *asJSON {
+		return e.printJSON(out)
+	}
+	fmt.Fprintf(e.stdout, "\nALL %d traces, %d turns at ctx %d: reuse_ratio %.4f  prompt_reuse %.4f  warm_cold_ratio %.3f (bound %.3f)  cold_match_all %v  max_logit_diff %.3g\n",
+		len(files), t.Turns, *ctxTokens, t.ReuseRatio, t.PromptReuse, t.WarmColdRatio, t.WarmColdBound, t.ColdMatchAll, t.MaxLogitDiff)
+	return nil
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// benchSocket measures what the socket adds: a request round trip (Ping)
+// and a streamed decode, each beside the same call made in-process on the
+// same server.
+func benchSocket(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("bench socket", flag.ContinueOnError)
+	model := fs.String("model", defaultModel(), "model for the private daemon")
+	n := fs.Int("n", 20000, "round trips")
+	tokens := fs.Int("tokens", 256, "tokens per decode")
+	reps := fs.Int("reps", 21, "decode repetitions (median of paired differences)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	p, err := startPrivate(*model, 2048)
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	c, err := client.Dial(ctx, p.socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+
+	// Round trips.
+	sock := make([]time.Duration, *n)
+	inproc := make([]time.Duration, *n)
+	ping := &pb.Request{Body: &pb.Request_Ping{Ping: &pb.PingRequest{}}}
+	for i := 0; i < 200; i++ { // warm up
+		c.Ping(ctx, nil)
+		p.srv.Handle(ctx, 0, ping, nil)
+	}
+	for i := 0; i < *n; i++ {
+		t0 := time.Now()
+		if err := c.Ping(ctx, nil); err != nil {
+			return err
+		}
+		sock[i] = time.Since(t0)
+		t0 = time.Now()
+		p.srv.Handle(ctx, 0, ping, nil)
+		inproc[i] = time.Since(t0)
+	}
+
+	// Streaming: the same greedy decode over the socket and in-process.
+	m := policy.Manifest{Segments: []policy.Segment{{ID: "p", Kind: policy.KindUserTurn, Text: "Once upon a time"}}}
+	sockWall, inWall, overhead, err := streamTimes(ctx, c, p, m, *tokens, *reps)
+	if err != nil {
+		return err
+	}
+	rt := struct {
+		Calls            int     `json:"round_trips"`
+		SocketP50us      float64 `json:"socket_p50_us"`
+		SocketP99us      float64 `json:"socket_p99_us"`
+		InProcP50us      float64 `json:"inproc_p50_us"`
+		TokenSocketUS    float64 `json:"per_token_socket_us"`
+		TokenInProcUS    float64 `json:"per_token_inproc_us"`
+		StreamOverheadUS float64 `json:"stream_overhead_us_per_token"`
+		Tokens           int     `json:"tokens_per_decode"`
+	}{
+		Calls: *n, SocketP50us: pct(sock, 50), SocketP99us: pct(sock, 99), InProcP50us: pct(inproc, 50),
+		TokenSocketUS: sockWall, TokenInProcUS: inWall, StreamOverheadUS: overhead, Tokens: *tokens,
+	}
+	if *asJSON {
+		return e.printJSON(rt)
+	}
+	fmt.Fprintf(e.stdout, "round trip (ping, %d calls): socket p50 %.1f µs, p99 %.1f µs; in-process p50 %.2f µs\n", rt.Calls, rt.SocketP50us, rt.SocketP99us, rt.InProcP50us)
+	fmt.Fprintf(e.stdout, "decode (%d tokens, %d paired runs): socket %.1f µs/token, in-process %.1f µs/token, streaming overhead (median paired difference) %.1f µs/token\n", rt.Tokens, *reps, rt.TokenSocketUS, rt.TokenInProcUS, rt.StreamOverheadUS)
+	return nil
+}
+
+// streamTimes runs the same decode over the socket and in-process,
+// alternating, and returns the median wall time per token of each.
+func streamTimes(ctx context.Context, c *client.Client, p *private, m policy.Manifest, tokens, reps int) (sockUS, inUS, overheadUS float64, err error) {
+	s, err := c.OpenSession(ctx, "bench-socket")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer s.Close(ctx)
+	open := p.srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: "bench-inproc"}}}, nil)
+	if open.Error != nil {
+		return 0, 0, 0, fmt.Errorf("in-process open: %v", open.Error)
+	}
+	inID := open.GetOpenSession().GetSessionId()
+	defer p.srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_CloseSession{CloseSession: &pb.CloseSessionRequest{SessionId: inID}}}, nil)
+	wm := &pb.Manifest{Segments: []*pb.Segment{{Id: "p", Kind: pb.SegmentKind_SEGMENT_KIND_USER_TURN, Text: m.Segments[0].Text}}}
+	var sockT, inT, diff []float64
+	viaSocket := func() (float64, error) {
+		if _, err := s.EnsurePrefix(ctx, m); err != nil {
+			return 0, err
+		}
+		if _, err := s.PrefillSuffix(ctx); err != nil {
+			return 0, err
+		}
+		n := 0
+		t0 := time.Now()
+		if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: tokens}, func(client.Token) error { n++; return nil }); err != nil {
+			return 0, err
+		}
+		return float64(time.Since(t0).Microseconds()) / float64(max(n, 1)), nil
+	}
+	inProcess := func() (float64, error) {
+		for _, req := range []*pb.Request{
+			{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{SessionId: inID, Manifest: wm}}},
+			{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: inID}}},
+		} {
+			if r := p.srv.Handle(ctx, 0, req, nil); r.Error != nil {
+				return 0, fmt.Errorf("in-process: %v", r.Error)
+			}
+		}
+		n := 0
+		t0 := time.Now()
+		r := p.srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{SessionId: inID, MaxTokens: int32(tokens)}}},
+			func(*pb.StreamEvent) error { n++; return nil })
+		if r.Error != nil {
+			return 0, fmt.Errorf("in-process decode: %v", r.Error)
+		}
+		return float64(time.Since(t0).Microseconds()) / float64(max(n, 1)), nil
+	}
+	// Pairs in alternating order, so drift in machine speed cancels; the
+	// overhead is the median of the paired differences.
+	for r := 0; r < reps; r++ {
+		var a, b float64
+		var err error
+		if r%2 == 0 {
+			if a, err = viaSocket(); err == nil {
+				b, err = inProcess()
+			}
+		} else {
+			if b, err = inProcess(); err == nil {
+				a, err = viaSocket()
+			}
+		}
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		sockT, inT, diff = append(sockT, a), append(inT, b), append(diff, a-b)
+	}
+	return median(sockT), median(inT), median(diff), nil
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func pct(d []time.Duration, p int) float64 {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return float64(s[(len(s)-1)*p/100].Nanoseconds()) / 1000
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/policy"
+)
+
+func cmdStatus(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	c, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return e.printJSON(st)
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "server\t%s (up %.1fs)\n", st.GetServerVersion(), float64(st.GetUptimeMs())/1000)
+	fmt.Fprintf(w, "sessions\t%d\n", st.GetSessions())
+	if m := st.GetModel(); m != nil {
+		fmt.Fprintf(w, "model\t%s\n", m.GetPath())
+		fmt.Fprintf(w, "  digest\t%s\n", m.GetDigest())
+		fmt.Fprintf(w, "  shape\t%s: %d layers, %d KV heads × %d, trained context %d, vocab %d\n",
+			m.GetDescription(), m.GetLayers(), m.GetKvHeads(), m.GetHeadDim(), m.GetTrainedContext(), m.GetVocabSize())
+	} else {
+		fmt.Fprintf(w, "model\tnone loaded\n")
+	}
+	if cp := st.GetCapacity(); cp != nil {
+		fmt.Fprintf(w, "kv\t%s, %d bytes/token, flash attention %v\n", st.GetKvType(), cp.GetKvBytesPerToken(), st.GetFlashAttention())
+		fmt.Fprintf(w, "context\t%d tokens (effective %d; %s)\n", cp.GetContextTokens(), cp.GetEffectiveTokens(), cp.GetReason())
+		fmt.Fprintf(w, "memory\t%s: %.1f GiB usable, weights %.1f MiB, overhead %.1f MiB\n", cp.GetMemoryKind(),
+			float64(cp.GetUsableBytes())/(1<<30), float64(cp.GetWeightsBytes())/(1<<20), float64(cp.GetOverheadBytes())/(1<<20))
+	}
+	fmt.Fprintf(w, "engine\t%s\n", st.GetSystemInfo())
+	return w.Flush()
+}
+
+func cmdExplain(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	id := fs.Uint64("session", 0, "session id (0: the most recently used)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	c, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ex, err := c.Explain(ctx, *id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return e.printJSON(ex)
+	}
+	fmt.Fprintf(e.stdout, "session %d: %d tokens resident (%d generated), compat %s\n", ex.GetSessionId(), ex.GetResidentTokens(), ex.GetGeneratedTokens(), ex.GetCompatKey())
+	if cp := ex.GetCapacity(); cp != nil {
+		fmt.Fprintf(e.stdout, "context %d tokens, %d bytes/token; %s\n", cp.GetContextTokens(), cp.GetKvBytesPerToken(), cp.GetReason())
+	}
+	classes := make([]string, 0, len(ex.GetTokensByClass()))
+	for k := range ex.GetTokensByClass() {
+		classes = append(classes, k)
+	}
+	sort.Strings(classes)
+	for _, k := range classes {
+		fmt.Fprintf(e.stdout, "  %-12s %d tokens\n", k, ex.GetTokensByClass()[k])
+	}
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "segment\tkind\tclass\tstable\tfirst\ttokens")
+	for _, s := range ex.GetSegments() {
+		kind := policy.SegmentKind(s.GetKind()).String()
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%d\t%d\n", s.GetId(), kind, policy.CacheClass(s.GetClass()).String(), s.GetStable(), s.GetFirstPosition(), s.GetTokens())
+	}
+	return w.Flush()
+}
+
+func cmdGenerate(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
+	prompt := fs.String("prompt", "", "prompt text")
+	maxTokens := fs.Int("max-tokens", 64, "tokens to generate")
+	temp := fs.Float64("temperature", 0, "sampling temperature (0: greedy)")
+	topK := fs.Int("top-k", 40, "top-k (with temperature)")
+	topP := fs.Float64("top-p", 0.95, "top-p (with temperature)")
+	seed := fs.Uint64("seed", 1, "sampling seed")
+	stop := fs.String("stop", "", "stop string")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	if *prompt == "" {
+		return usageError{fmt.Errorf("--prompt is required")}
+	}
+	c, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s, err := c.OpenSession(ctx, "ctxctl generate")
+	if err != nil {
+		return err
+	}
+	m := policy.Manifest{Segments: []policy.Segment{{ID: "prompt", Kind: policy.KindUserTurn, Text: *prompt}}}
+	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+		return err
+	}
+	if _, err := s.PrefillSuffix(ctx); err != nil {
+		return err
+	}
+	o := client.DecodeOptions{MaxTokens: *maxTokens, Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), Seed: *seed}
+	if *stop != "" {
+		o.Stop = []string{*stop}
+	}
+	fmt.Fprint(e.stdout, *prompt)
+	res, err := s.Decode(ctx, o, func(t client.Token) error {
+		_, err := fmt.Fprint(e.stdout, t.Piece)
+		return err
+	})
+	fmt.Fprintln(e.stdout)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "[%d tokens, %s, %s]\n", res.Tokens, res.Reason, res.Elapsed.Round(1e5))
+	return s.Close(ctx)
+}
+
+func cmdLoad(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("load", flag.ContinueOnError)
+	model := fs.String("model", "", "GGUF file (a path on the daemon's machine)")
+	ctxTokens := fs.Int("ctx", 0, "context tokens (0: derived)")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	if *model == "" {
+		return usageError{fmt.Errorf("--model is required")}
+	}
+	c, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r, err := c.LoadModel(ctx, *model, *ctxTokens)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "loaded %s (%s), context %d tokens: %s\n", r.GetModel().GetPath(), r.GetModel().GetDescription(), r.GetCapacity().GetContextTokens(), r.GetCapacity().GetReason())
+	return nil
+}
+
+func cmdUnload(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("unload", flag.ContinueOnError)
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	c, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return c.UnloadModel(ctx)
+}
+
+func joinInts(v []int32) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, " ")
+}
