@@ -8,3 +8,5 @@ require (
 	golang.org/x/sys v0.50.0
 	google.golang.org/protobuf v1.36.10
 )
+
+require github.com/edsrzf/mmap-go v1.2.0 // indirect

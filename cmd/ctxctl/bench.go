@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/internal/replay"
 	"github.com/ctxd/ctxd/internal/trace"
 	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/sidecar"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
@@ -144,8 +145,8 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer p.stop()
-	c, err := client.Dial(ctx, p.socket)
+	defer p.Stop()
+	c, err := client.Dial(ctx, p.Socket)
 	if err != nil {
 		return err
 	}
@@ -157,7 +158,7 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 	ping := &pb.Request{Body: &pb.Request_Ping{Ping: &pb.PingRequest{}}}
 	for i := 0; i < 200; i++ { // warm up
 		c.Ping(ctx, nil)
-		p.srv.Handle(ctx, 0, ping, nil)
+		p.Server.Handle(ctx, 0, ping, nil)
 	}
 	for i := 0; i < *n; i++ {
 		t0 := time.Now()
@@ -166,7 +167,7 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 		}
 		sock[i] = time.Since(t0)
 		t0 = time.Now()
-		p.srv.Handle(ctx, 0, ping, nil)
+		p.Server.Handle(ctx, 0, ping, nil)
 		inproc[i] = time.Since(t0)
 	}
 
@@ -199,18 +200,18 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 
 // streamTimes runs the same decode over the socket and in-process,
 // alternating, and returns the median wall time per token of each.
-func streamTimes(ctx context.Context, c *client.Client, p *private, m policy.Manifest, tokens, reps int) (sockUS, inUS, overheadUS float64, err error) {
+func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int) (sockUS, inUS, overheadUS float64, err error) {
 	s, err := c.OpenSession(ctx, "bench-socket")
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	defer s.Close(ctx)
-	open := p.srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: "bench-inproc"}}}, nil)
+	open := p.Server.Handle(ctx, 0, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: "bench-inproc"}}}, nil)
 	if open.Error != nil {
 		return 0, 0, 0, fmt.Errorf("in-process open: %v", open.Error)
 	}
 	inID := open.GetOpenSession().GetSessionId()
-	defer p.srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_CloseSession{CloseSession: &pb.CloseSessionRequest{SessionId: inID}}}, nil)
+	defer p.Server.Handle(ctx, 0, &pb.Request{Body: &pb.Request_CloseSession{CloseSession: &pb.CloseSessionRequest{SessionId: inID}}}, nil)
 	wm := &pb.Manifest{Segments: []*pb.Segment{{Id: "p", Kind: pb.SegmentKind_SEGMENT_KIND_USER_TURN, Text: m.Segments[0].Text}}}
 	var sockT, inT, diff []float64
 	viaSocket := func() (float64, error) {
@@ -232,13 +233,13 @@ func streamTimes(ctx context.Context, c *client.Client, p *private, m policy.Man
 			{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{SessionId: inID, Manifest: wm}}},
 			{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: inID}}},
 		} {
-			if r := p.srv.Handle(ctx, 0, req, nil); r.Error != nil {
+			if r := p.Server.Handle(ctx, 0, req, nil); r.Error != nil {
 				return 0, fmt.Errorf("in-process: %v", r.Error)
 			}
 		}
 		n := 0
 		t0 := time.Now()
-		r := p.srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{SessionId: inID, MaxTokens: int32(tokens)}}},
+		r := p.Server.Handle(ctx, 0, &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{SessionId: inID, MaxTokens: int32(tokens)}}},
 			func(*pb.StreamEvent) error { n++; return nil })
 		if r.Error != nil {
 			return 0, fmt.Errorf("in-process decode: %v", r.Error)

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ctxd/ctxd/internal/testmodel"
+	"github.com/ctxd/ctxd/sidecar"
+)
+
+func ctl(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestCommandsAgainstADaemon(t *testing.T) {
+	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: testmodel.Stories(t), ContextTokens: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	sock := p.Socket
+
+	code, out, errs := ctl(t, "--socket", sock, "status", "--json")
+	var st map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st["model"] == nil {
+		t.Fatalf("status: %d %s %s", code, out, errs)
+	}
+	code, out, errs = ctl(t, "--socket", sock, "status")
+	if code != 0 || !strings.Contains(out, "640 bytes/token") {
+		t.Fatalf("status text: %d %s %s", code, out, errs)
+	}
+
+	code, out, errs = ctl(t, "--socket", sock, "generate", "--prompt", "Once upon a time", "--max-tokens", "12")
+	if code != 0 || !strings.HasPrefix(out, "Once upon a time, there was a little girl") {
+		t.Fatalf("generate: %d %q %s", code, out, errs)
+	}
+	// generate closed its session; nothing is left to explain.
+	code, _, errs = ctl(t, "--socket", sock, "explain")
+	if code != 1 || !strings.Contains(errs, "not found") {
+		t.Fatalf("explain without sessions: %d %s", code, errs)
+	}
+
+	code, _, errs = ctl(t, "--socket", sock, "load", "--model", filepath.Join(t.TempDir(), "missing.gguf"))
+	if code != 1 || !strings.Contains(errs, "missing.gguf") {
+		t.Fatalf("load missing: %d %s", code, errs)
+	}
+}
+
+func TestReplayJSONWithPrivateDaemon(t *testing.T) {
+	tr := filepath.Join(t.TempDir(), "t.traj")
+	os.WriteFile(tr, []byte(`{"history": [
+		{"role": "system", "content": "You are an agent."},
+		{"role": "user", "content": "Fix the bug in add."},
+		{"role": "assistant", "content": "open math.py"},
+		{"role": "user", "content": "def add(a, b): return a - b"},
+		{"role": "assistant", "content": "edit the sign"}]}`), 0o600)
+	code, out, errs := ctl(t, "replay", "--trace", tr, "--model", testmodel.Stories(t), "--ctx", "512", "--json", "--verify-cold")
+	if code != 0 {
+		t.Fatalf("replay: %d %s", code, errs)
+	}
+	var rep struct {
+		Turns []struct {
+			PromptTokens int   `json:"prompt_tokens"`
+			ColdMatch    *bool `json:"cold_match"`
+		} `json:"turns"`
+		Summary struct {
+			ReuseRatio    float64  `json:"reuse_ratio"`
+			PromptReuse   float64  `json:"prompt_reuse"`
+			WarmColdRatio *float64 `json:"warm_cold_ratio"`
+		} `json:"summary"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(rep.Turns) != 2 || rep.Summary.ReuseRatio < 0.99 || rep.Summary.WarmColdRatio == nil || !*rep.Turns[1].ColdMatch {
+		t.Fatalf("report: %s", out)
+	}
+}
+
+func TestUsageAndUnreachableDaemon(t *testing.T) {
+	if code, _, _ := ctl(t, "frobnicate"); code != 2 {
+		t.Fatalf("unknown command: %d", code)
+	}
+	if code, _, _ := ctl(t, "generate"); code != 2 {
+		t.Fatalf("generate without prompt: %d", code)
+	}
+	code, _, errs := ctl(t, "--socket", filepath.Join(t.TempDir(), "none.sock"), "status")
+	if code != 1 || !strings.Contains(errs, "is ctxd running") {
+		t.Fatalf("no daemon: %d %s", code, errs)
+	}
+}
