@@ -9,4 +9,4 @@ require (
 	google.golang.org/protobuf v1.36.10
 )
 
-require github.com/edsrzf/mmap-go v1.2.0 // indirect
+require github.com/edsrzf/mmap-go v1.2.0

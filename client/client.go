@@ -222,7 +222,9 @@ func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.Strea
 				}
 				return f.resp, nil
 			}
-			if onEvent != nil && cbErr == nil {
+			// After cancellation no more events reach the caller; those
+			// already in flight are dropped.
+			if onEvent != nil && cbErr == nil && ctx.Err() == nil {
 				if err := onEvent(f.event); err != nil {
 					cbErr = err
 					cancel()

@@ -88,6 +88,10 @@ type DecodeOptions struct {
 	Stop        []string // stop after generating any of these
 	// ReturnLogits attaches each step's full logits to its Token.
 	ReturnLogits bool
+	// Forced, when set, are fed one by one instead of sampled (teacher
+	// forcing, for scoring); MaxTokens must equal len(Forced) and each
+	// Token's Predicted is what the model (sampler) would have chosen.
+	Forced []int32
 }
 
 // Token is one generated token, delivered as soon as it is sampled.
@@ -96,6 +100,8 @@ type Token struct {
 	Piece   string
 	Elapsed time.Duration // since the call started
 	Logits  []float32     // with ReturnLogits
+	// Predicted is the sampled token; with Forced it may differ from ID.
+	Predicted int32
 }
 
 // DecodeResult ends a Decode.
@@ -118,11 +124,12 @@ var stopReasons = map[pb.StopReason]string{
 
 // Decode generates up to o.MaxTokens tokens, calling onToken (may be nil)
 // for each as it arrives. Cancelling ctx, or onToken returning an error,
-// stops the daemon within one token; Decode then returns what was
-// generated with ctx.Err() or onToken's error.
+// stops the daemon within one token of receiving the cancel; onToken is
+// not called after ctx is done. Decode then returns ctx.Err() or onToken's
+// error; the tokens generated stay in the session.
 func (s *Session) Decode(ctx context.Context, o DecodeOptions, onToken func(Token) error) (DecodeResult, error) {
 	req := &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{
-		SessionId: s.id, MaxTokens: int32(o.MaxTokens), Stop: o.Stop, ReturnLogits: o.ReturnLogits,
+		SessionId: s.id, MaxTokens: int32(o.MaxTokens), Stop: o.Stop, ReturnLogits: o.ReturnLogits, ForcedTokens: o.Forced,
 		Sampling: &pb.SamplingParams{Temperature: o.Temperature, TopK: int32(o.TopK), TopP: o.TopP, Seed: o.Seed},
 	}}}
 	var onEvent func(*pb.StreamEvent) error
@@ -132,7 +139,7 @@ func (s *Session) Decode(ctx context.Context, o DecodeOptions, onToken func(Toke
 			if t == nil {
 				return nil
 			}
-			return onToken(Token{ID: t.GetToken(), Piece: t.GetPiece(), Elapsed: time.Duration(t.GetElapsedUs()) * time.Microsecond, Logits: t.GetLogits()})
+			return onToken(Token{ID: t.GetToken(), Piece: t.GetPiece(), Elapsed: time.Duration(t.GetElapsedUs()) * time.Microsecond, Logits: t.GetLogits(), Predicted: t.GetPredicted()})
 		}
 	}
 	r, err := s.c.do(ctx, req, onEvent)

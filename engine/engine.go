@@ -111,6 +111,8 @@ type Context interface {
 	ExtractRange(p0, p1 int) (Range, error)
 	// InsertRange puts r back into sequence 0 starting at position at.
 	InsertRange(r Range, at int) error
+	// Copy duplicates positions [p0,p1) of sequence 0 at [at, at+p1-p0).
+	Copy(p0, p1, at int) error
 	SaveSeq() (SeqState, error)
 	// LoadSeq replaces sequence 0 with s.
 	LoadSeq(s SeqState) error

@@ -63,6 +63,15 @@ func (e *encoder) segment(s *Segment) {
 	}
 	e.str(s.Text)
 	e.bool(s.Stable)
+	if len(s.Tokens) > 0 {
+		// Appended only when present, so digests of text segments are
+		// unchanged; the tag is no possible length prefix.
+		e.uint(^uint64(0))
+		e.uint(uint64(len(s.Tokens)))
+		for _, t := range s.Tokens {
+			e.uint(uint64(uint32(t)))
+		}
+	}
 }
 
 func (e *encoder) sum() (d [32]byte) {

@@ -1,7 +1,10 @@
 // Package policy holds ctxd's pure decisions: how many tokens of KV cache fit
 // in memory (capacity), how a prompt is described as ordered segments (the
 // manifest) and where its reusable stable prefix ends (the reuse boundary),
-// and, later, hot-set planning, retrieval scoring and invalidation.
+// what an edit or a new turn invalidates, and, for contexts longer than the
+// model's window, which KV blocks are hot in the engine for a turn and at
+// which positions (PlanHotSet, EvictionOrder, LatencyHotBudget), given how
+// relevant each block is to the turn (Scorer, BM25Index).
 //
 // Invariants, which every file in this package keeps:
 //

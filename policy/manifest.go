@@ -29,6 +29,9 @@ type Segment struct {
 	Paths []string
 	// Text is the segment's content, valid UTF-8.
 	Text string
+	// Tokens, when non-empty, are the segment's token ids, used instead of
+	// tokenizing Text (evaluations; clients that tokenize themselves).
+	Tokens []int32
 	// Stable marks the segment part of the reusable prefix. Stable segments
 	// come first in a manifest.
 	Stable bool
@@ -78,6 +81,11 @@ func (s *Segment) problem() string {
 		return "invalidate_on_edit is set but paths is empty"
 	case !utf8.ValidString(s.Text):
 		return "text is not valid UTF-8"
+	}
+	for j, t := range s.Tokens {
+		if t < 0 {
+			return fmt.Sprintf("tokens[%d] is negative (%d)", j, t)
+		}
 	}
 	for j, p := range s.Paths {
 		if p == "" {

@@ -14,7 +14,7 @@ func SegmentToWire(s policy.Segment) *pb.Segment {
 	return &pb.Segment{
 		Id: s.ID, Kind: pb.SegmentKind(s.Kind), Class: pb.CacheClass(s.Class),
 		InvalidateOnEdit: s.InvalidateOnEdit, InvalidateOnTurn: s.InvalidateOnTurn,
-		Paths: s.Paths, Text: s.Text, Stable: s.Stable,
+		Paths: s.Paths, Text: s.Text, Stable: s.Stable, Tokens: s.Tokens,
 	}
 }
 
@@ -23,7 +23,7 @@ func SegmentFromWire(s *pb.Segment) policy.Segment {
 	return policy.Segment{
 		ID: s.GetId(), Kind: policy.SegmentKind(s.GetKind()), Class: policy.CacheClass(s.GetClass()),
 		InvalidateOnEdit: s.GetInvalidateOnEdit(), InvalidateOnTurn: s.GetInvalidateOnTurn(),
-		Paths: s.GetPaths(), Text: s.GetText(), Stable: s.GetStable(),
+		Paths: s.GetPaths(), Text: s.GetText(), Stable: s.GetStable(), Tokens: s.GetTokens(),
 	}
 }
 

@@ -19,13 +19,13 @@ import (
 // conn is one client connection: a reader loop that starts a goroutine per
 // call and cancels calls on CANCEL frames or disconnect.
 type conn struct {
-	id  uint64
+	id uint64
 	// lastStream is the highest REQUEST stream id seen; ids must increase.
 	lastStream uint32
-	ch  *protocol.Channel
-	mu  sync.Mutex
-	inf map[uint32]context.CancelFunc // calls in flight by stream id
-	wg  sync.WaitGroup
+	ch         *protocol.Channel
+	mu         sync.Mutex
+	inf        map[uint32]context.CancelFunc // calls in flight by stream id
+	wg         sync.WaitGroup
 }
 
 func (srv *Server) serveConn(ctx context.Context, nc net.Conn) {

@@ -371,19 +371,43 @@ func TestCancelDecodeWithinAToken(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || res.Reason != "cancelled" {
 		t.Fatalf("decode after cancel: %+v %v", res, err)
 	}
-	if got < 5 || got > 7 {
-		t.Fatalf("%d tokens streamed after cancelling at 5", got)
+	if got != 5 {
+		t.Fatalf("%d tokens delivered after cancelling at 5", got)
 	}
 	ex, err := s.Explain(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GeneratedTokens < 4 || ex.GeneratedTokens > int64(got) {
-		t.Fatalf("explain after cancel: generated %d, streamed %d", ex.GeneratedTokens, got)
+	if ex.GeneratedTokens < 4 {
+		t.Fatalf("explain after cancel: generated %d", ex.GeneratedTokens)
 	}
 	// The session decodes again.
 	if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 3}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCancelInProcessStopsWithinOneToken: with no socket in between, a
+// context cancelled while token 5 is emitted ends the decode at 5 tokens.
+func TestCancelInProcessStopsWithinOneToken(t *testing.T) {
+	ts := startServer(t, Config{})
+	srv := ts.srv
+	ctx := context.Background()
+	open := srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{}}}, nil)
+	id := open.GetOpenSession().GetSessionId()
+	m := protocol.ManifestToWire(manifest(" One day."))
+	srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{SessionId: id, Manifest: m}}}, nil)
+	srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: id}}}, nil)
+	dctx, cancel := context.WithCancel(ctx)
+	n := 0
+	r := srv.Handle(dctx, 0, &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{SessionId: id, MaxTokens: 1000}}}, func(*pb.StreamEvent) error {
+		if n++; n == 5 {
+			cancel()
+		}
+		return nil
+	})
+	if r.GetDecode().GetReason() != pb.StopReason_STOP_REASON_CANCELLED || r.GetDecode().GetTokens() != 5 || n != 5 {
+		t.Fatalf("reply %v after %d events", r, n)
 	}
 }
 
@@ -539,5 +563,55 @@ func TestClientVanishesMidDecode(t *testing.T) {
 	after := runTurn(t, keep, manifest(" Tom had a big blue car."), 6)
 	if !equal(before.tokens, after.tokens) {
 		t.Fatalf("other session changed: %v vs %v", before.tokens, after.tokens)
+	}
+}
+
+// TestTokenSegmentsAndTeacherForcing: a segment given as token ids equals
+// its text; forcing the greedy tokens predicts exactly those tokens.
+func TestTokenSegmentsAndTeacherForcing(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := dial(t, ts)
+	ctx := context.Background()
+	a := openSession(t, c)
+	text := manifest(" One day, Lily saw a big red ball.")
+	greedyRun := runTurn(t, a, text, 8)
+
+	md, err := llama.Load(ts.cfg.ModelPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer md.Close()
+	asTokens := manifest(" One day, Lily saw a big red ball.")
+	for i := range asTokens.Segments {
+		toks, _ := md.Tokenize(asTokens.Segments[i].Text, false)
+		asTokens.Segments[i].Text = ""
+		asTokens.Segments[i].Tokens = toks
+	}
+	b := openSession(t, c)
+	if _, err := b.EnsurePrefix(ctx, asTokens); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.PrefillSuffix(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids, predicted []int32
+	_, err = b.Decode(ctx, client.DecodeOptions{MaxTokens: len(greedyRun.tokens), Forced: greedyRun.tokens}, func(tok client.Token) error {
+		ids = append(ids, tok.ID)
+		predicted = append(predicted, tok.Predicted)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equal(ids, greedyRun.tokens) || !equal(predicted, greedyRun.tokens) {
+		t.Fatalf("forced %v predicted %v, greedy %v", ids, predicted, greedyRun.tokens)
+	}
+	bad := manifest("x")
+	bad.Segments[0].Tokens = []int32{1, 99999}
+	if _, err := b.EnsurePrefix(ctx, bad); !errors.Is(err, client.ErrInvalidManifest) {
+		t.Fatalf("out-of-vocabulary token: %v", err)
+	}
+	if _, err := b.Decode(ctx, client.DecodeOptions{MaxTokens: 3, Forced: []int32{1}}, nil); !errors.Is(err, client.ErrInvalidArgument) {
+		t.Fatalf("forced count mismatch: %v", err)
 	}
 }

@@ -73,6 +73,15 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 	for _, seg := range segs {
 		key := seg.Digest()
 		toks, ok := sess.tokCache[key]
+		if len(seg.Tokens) > 0 {
+			vocab := int32(srv.slot.facts.VocabSize)
+			for j, t := range seg.Tokens {
+				if t >= vocab {
+					return prompt{}, fmt.Errorf("%w: segment %q: token %d at %d is outside the vocabulary [0,%d)", protocol.ErrInvalidManifest, seg.ID, t, j, vocab)
+				}
+			}
+			toks, ok = seg.Tokens, true
+		}
 		if !ok {
 			var err error
 			toks, err = m.Tokenize(seg.Text, false)
@@ -87,7 +96,7 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 		start := pos0 + len(p.tokens)
 		p.tokens = append(p.tokens, toks...)
 		meta := seg
-		meta.Text = ""
+		meta.Text, meta.Tokens = "", nil
 		p.spans = append(p.spans, span{seg: meta, start: start, end: pos0 + len(p.tokens)})
 	}
 	return p, nil

@@ -177,6 +177,10 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 	if r.GetMaxTokens() <= 0 || r.GetMaxTokens() > maxDecodeTokens {
 		return nil, fmt.Errorf("%w: max_tokens %d outside 1..%d", protocol.ErrInvalidArgument, r.GetMaxTokens(), maxDecodeTokens)
 	}
+	forced := r.GetForcedTokens()
+	if len(forced) > 0 && len(forced) != int(r.GetMaxTokens()) {
+		return nil, fmt.Errorf("%w: %d forced tokens but max_tokens %d", protocol.ErrInvalidArgument, len(forced), r.GetMaxTokens())
+	}
 	for _, s := range r.GetStop() {
 		if s == "" || len(s) > 1024 || !utf8.ValidString(s) {
 			return nil, fmt.Errorf("%w: stop strings must be valid UTF-8 of 1..1024 bytes", protocol.ErrInvalidArgument)
@@ -236,12 +240,20 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			if tok < 0 {
 				return fmt.Errorf("%w: sampler returned no token", protocol.ErrInternal)
 			}
-			if srv.slot.model.IsEOG(tok) {
+			predicted := tok
+			if len(forced) > 0 {
+				// Teacher forcing: the given token goes in; the sample is
+				// reported as the model's prediction.
+				tok = forced[i]
+				if tok < 0 || int(tok) >= srv.slot.facts.VocabSize {
+					return fmt.Errorf("%w: forced token %d outside the vocabulary", protocol.ErrInvalidArgument, tok)
+				}
+			} else if srv.slot.model.IsEOG(tok) {
 				reply.Reason = pb.StopReason_STOP_REASON_END_OF_GENERATION
 				return nil
 			}
 			piece := out.push(srv.slot.model.Piece(tok))
-			ev := &pb.TokenEvent{Token: tok, Piece: piece, ElapsedUs: time.Since(start).Microseconds()}
+			ev := &pb.TokenEvent{Token: tok, Piece: piece, ElapsedUs: time.Since(start).Microseconds(), Predicted: predicted}
 			if r.GetReturnLogits() {
 				ev.Logits = append([]float32(nil), ectx.Logits()...)
 			}

@@ -155,6 +155,17 @@ func (c *Context) InsertRange(r engine.Range, at int) error {
 	return nil
 }
 
+// Copy duplicates positions [p0,p1) of the session sequence at [at,
+// at+p1-p0). Cells shared by seq_cp cannot be moved independently, so the
+// copy is materialised: extracted as bytes and inserted as new cells.
+func (c *Context) Copy(p0, p1, at int) error {
+	r, err := c.ExtractRange(p0, p1)
+	if err != nil {
+		return err
+	}
+	return c.InsertRange(r, at)
+}
+
 // SaveSeq copies the whole session sequence out.
 func (c *Context) SaveSeq() (engine.SeqState, error) {
 	if c.closed {

@@ -25,7 +25,7 @@ func loadStories(t *testing.T) *Model {
 
 func newCtx(t *testing.T, m *Model, n int) *Context {
 	t.Helper()
-	c, err := m.newContext(engine.ContextOptions{ContextTokens: n, BatchTokens: 64})
+	c, err := m.newContext(engine.ContextOptions{ContextTokens: n, BatchTokens: 64, DecodeThreads: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,5 +410,44 @@ func TestQ8KVRefusedForSmallHeads(t *testing.T) {
 	_, err := m.NewContext(engine.ContextOptions{ContextTokens: 256, KVType: policy.KVTypeQ8_0, FlashAttention: true})
 	if !errors.Is(err, engine.ErrInvalidArgument) || !strings.Contains(err.Error(), "head dimension") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestCopyRange: a copied range attends like the original — decoding the
+// same next token after the copy (moved to the end) gives the same logits
+// as after the original.
+func TestCopyRange(t *testing.T) {
+	m := loadStories(t)
+	prompt, _ := m.Tokenize("The sun was warm and the sky was blue.", true)
+	next, _ := m.Tokenize(" Lily", false)
+	c := newCtx(t, m, 256)
+	ctx := context.Background()
+	if err := c.Decode(ctx, prompt, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Decode(ctx, next, len(prompt)); err != nil {
+		t.Fatal(err)
+	}
+	ref := append([]float32(nil), c.Logits()...)
+	c.Remove(len(prompt), -1)
+	// Copy the whole prompt 100 positions up, drop the original, shift back.
+	if err := c.Copy(0, len(prompt), 100); err != nil {
+		t.Fatal(err)
+	}
+	if c.Used() != 2*len(prompt) {
+		t.Fatalf("Used = %d after copy", c.Used())
+	}
+	c.Remove(0, len(prompt))
+	if err := c.Shift(100, 100+len(prompt), -100); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Decode(ctx, next, len(prompt)); err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(ref, c.Logits()); d > 1e-3 {
+		t.Fatalf("logits after copy differ by %g", d)
+	}
+	if err := c.Copy(0, 5, 2); !errors.Is(err, engine.ErrInvalidArgument) {
+		t.Fatalf("overlapping copy: %v", err)
 	}
 }

@@ -1690,8 +1690,11 @@ type Segment struct {
 	Paths            []string               `protobuf:"bytes,6,rep,name=paths,proto3" json:"paths,omitempty"` // files whose edit invalidates the segment (with invalidate_on_edit)
 	Text             string                 `protobuf:"bytes,7,opt,name=text,proto3" json:"text,omitempty"`
 	Stable           bool                   `protobuf:"varint,8,opt,name=stable,proto3" json:"stable,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// tokens, when set, are the segment's token ids, used instead of
+	// tokenizing text (evaluations, clients that tokenize themselves).
+	Tokens        []int32 `protobuf:"varint,9,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Segment) Reset() {
@@ -1778,6 +1781,13 @@ func (x *Segment) GetStable() bool {
 		return x.Stable
 	}
 	return false
+}
+
+func (x *Segment) GetTokens() []int32 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
 }
 
 type Manifest struct {
@@ -2195,12 +2205,16 @@ func (x *SamplingParams) GetSeed() uint64 {
 }
 
 type DecodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	MaxTokens     int32                  `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
-	Sampling      *SamplingParams        `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
-	Stop          []string               `protobuf:"bytes,4,rep,name=stop,proto3" json:"stop,omitempty"`
-	ReturnLogits  bool                   `protobuf:"varint,5,opt,name=return_logits,json=returnLogits,proto3" json:"return_logits,omitempty"` // attach the full logits of each step (tests, verification)
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	SessionId    uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	MaxTokens    int32                  `protobuf:"varint,2,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	Sampling     *SamplingParams        `protobuf:"bytes,3,opt,name=sampling,proto3" json:"sampling,omitempty"`
+	Stop         []string               `protobuf:"bytes,4,rep,name=stop,proto3" json:"stop,omitempty"`
+	ReturnLogits bool                   `protobuf:"varint,5,opt,name=return_logits,json=returnLogits,proto3" json:"return_logits,omitempty"` // attach the full logits of each step (tests, verification)
+	// forced_tokens, when set, are appended one by one instead of sampled
+	// (teacher forcing); each TokenEvent then also carries the arg-max the
+	// model predicted at that step. max_tokens must equal their count.
+	ForcedTokens  []int32 `protobuf:"varint,6,rep,packed,name=forced_tokens,json=forcedTokens,proto3" json:"forced_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2270,12 +2284,20 @@ func (x *DecodeRequest) GetReturnLogits() bool {
 	return false
 }
 
+func (x *DecodeRequest) GetForcedTokens() []int32 {
+	if x != nil {
+		return x.ForcedTokens
+	}
+	return nil
+}
+
 type TokenEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         int32                  `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"`
 	Piece         string                 `protobuf:"bytes,2,opt,name=piece,proto3" json:"piece,omitempty"`
 	ElapsedUs     int64                  `protobuf:"varint,3,opt,name=elapsed_us,json=elapsedUs,proto3" json:"elapsed_us,omitempty"`
 	Logits        []float32              `protobuf:"fixed32,4,rep,packed,name=logits,proto3" json:"logits,omitempty"` // only with return_logits
+	Predicted     int32                  `protobuf:"varint,5,opt,name=predicted,proto3" json:"predicted,omitempty"`   // with forced_tokens: the model's arg-max at this step
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2336,6 +2358,13 @@ func (x *TokenEvent) GetLogits() []float32 {
 		return x.Logits
 	}
 	return nil
+}
+
+func (x *TokenEvent) GetPredicted() int32 {
+	if x != nil {
+		return x.Predicted
+	}
+	return 0
 }
 
 type DecodeReply struct {
@@ -2821,7 +2850,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\v2\x12.ctxd.v1.ModelInfoR\x05model\x12-\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x11.ctxd.v1.CapacityR\bcapacity\"\x14\n" +
 	"\x12UnloadModelRequest\"\x12\n" +
-	"\x10UnloadModelReply\"\x8c\x02\n" +
+	"\x10UnloadModelReply\"\xa4\x02\n" +
 	"\aSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x14.ctxd.v1.SegmentKindR\x04kind\x12)\n" +
@@ -2830,7 +2859,8 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x12invalidate_on_turn\x18\x05 \x01(\bR\x10invalidateOnTurn\x12\x14\n" +
 	"\x05paths\x18\x06 \x03(\tR\x05paths\x12\x12\n" +
 	"\x04text\x18\a \x01(\tR\x04text\x12\x16\n" +
-	"\x06stable\x18\b \x01(\bR\x06stable\"T\n" +
+	"\x06stable\x18\b \x01(\bR\x06stable\x12\x16\n" +
+	"\x06tokens\x18\t \x03(\x05R\x06tokens\"T\n" +
 	"\bManifest\x12,\n" +
 	"\bsegments\x18\x01 \x03(\v2\x10.ctxd.v1.SegmentR\bsegments\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\"(\n" +
@@ -2862,7 +2892,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
 	"\x05top_p\x18\x03 \x01(\x02R\x04topP\x12\x12\n" +
-	"\x04seed\x18\x04 \x01(\x04R\x04seed\"\xbb\x01\n" +
+	"\x04seed\x18\x04 \x01(\x04R\x04seed\"\xe0\x01\n" +
 	"\rDecodeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x1d\n" +
@@ -2870,14 +2900,16 @@ const file_ctxd_proto_rawDesc = "" +
 	"max_tokens\x18\x02 \x01(\x05R\tmaxTokens\x123\n" +
 	"\bsampling\x18\x03 \x01(\v2\x17.ctxd.v1.SamplingParamsR\bsampling\x12\x12\n" +
 	"\x04stop\x18\x04 \x03(\tR\x04stop\x12#\n" +
-	"\rreturn_logits\x18\x05 \x01(\bR\freturnLogits\"o\n" +
+	"\rreturn_logits\x18\x05 \x01(\bR\freturnLogits\x12#\n" +
+	"\rforced_tokens\x18\x06 \x03(\x05R\fforcedTokens\"\x8d\x01\n" +
 	"\n" +
 	"TokenEvent\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x05R\x05token\x12\x14\n" +
 	"\x05piece\x18\x02 \x01(\tR\x05piece\x12\x1d\n" +
 	"\n" +
 	"elapsed_us\x18\x03 \x01(\x03R\telapsedUs\x12\x16\n" +
-	"\x06logits\x18\x04 \x03(\x02R\x06logits\"\x85\x01\n" +
+	"\x06logits\x18\x04 \x03(\x02R\x06logits\x12\x1c\n" +
+	"\tpredicted\x18\x05 \x01(\x05R\tpredicted\"\x85\x01\n" +
 	"\vDecodeReply\x12+\n" +
 	"\x06reason\x18\x01 \x01(\x0e2\x13.ctxd.v1.StopReasonR\x06reason\x12\x16\n" +
 	"\x06tokens\x18\x02 \x01(\x05R\x06tokens\x12\x12\n" +
