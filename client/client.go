@@ -83,6 +83,14 @@ func (c *Client) handshake(name string) error {
 		MinVersion: protocol.MinProtocolVersion, MaxVersion: protocol.ProtocolVersion, ClientName: name,
 	}}}
 	if err := c.ch.WriteMessage(1, protocol.TypeRequest, 0, hello); err != nil {
+		// A server that refuses us answers on stream 0 and closes, maybe
+		// before our hello arrives; its reason is still there to read.
+		if h, payload, rerr := c.ch.ReadFrame(); rerr == nil && h.Type == protocol.TypeResponse {
+			resp := new(pb.Response)
+			if protocol.Unmarshal(h, payload, resp) == nil && resp.Error != nil {
+				return protocol.FromWire(resp.Error)
+			}
+		}
 		return fmt.Errorf("ctxd client: handshake: %w", err)
 	}
 	c.next = 1
