@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxd/ctxd/protocol"
@@ -18,11 +19,19 @@ type Client struct {
 	version       uint32
 	serverVersion string
 
-	mu     sync.Mutex
-	calls  map[uint32]*call
-	next   uint32
-	err    error // set when the reader stops
-	closed chan struct{}
+	mu        sync.Mutex
+	calls     map[uint32]*call
+	next      uint32
+	err       error // why the connection ended; set once, with closed
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	// reader is the right to read the connection (a one-slot semaphore).
+	// There is no reader goroutine: a call waiting for its reply takes the
+	// role, reads and dispatches frames until one of its own arrives, and
+	// hands the role back. The caller thus reads its own reply without a
+	// goroutine hand-off (leader/follower).
+	reader chan struct{}
 }
 
 // call is one request in flight; the reader feeds it DATA events and the
@@ -59,7 +68,8 @@ func Dial(ctx context.Context, path string, opts ...Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ctxd client: dial %s: %w", path, err)
 	}
-	c := &Client{ch: protocol.NewChannel(nc, o.MaxFrame), calls: map[uint32]*call{}, closed: make(chan struct{})}
+	c := &Client{ch: protocol.NewChannel(nc, o.MaxFrame), calls: map[uint32]*call{}, closed: make(chan struct{}), reader: make(chan struct{}, 1)}
+	c.reader <- struct{}{}
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
 	}
@@ -74,7 +84,6 @@ func Dial(ctx context.Context, path string, opts ...Options) (*Client, error) {
 		}
 		return nil, err
 	}
-	go c.readLoop()
 	return c, nil
 }
 
@@ -116,60 +125,70 @@ func (c *Client) handshake(name string) error {
 // ServerVersion is the daemon's version string from the handshake.
 func (c *Client) ServerVersion() string { return c.serverVersion }
 
-func (c *Client) readLoop() {
-	var err error
-	for {
-		var h protocol.Header
-		var payload []byte
-		h, payload, err = c.ch.ReadFrame()
-		if err != nil {
-			break
-		}
-		var f frame
-		switch h.Type {
-		case protocol.TypeData:
-			ev := new(pb.StreamEvent)
-			if err = protocol.Unmarshal(h, payload, ev); err != nil {
-				break
-			}
-			f.event = ev
-		case protocol.TypeResponse:
-			resp := new(pb.Response)
-			if err = protocol.Unmarshal(h, payload, resp); err != nil {
-				break
-			}
-			if h.StreamID == 0 { // connection-level error: the server closes
-				err = protocol.FromWire(resp.Error)
-				break
-			}
-			f.resp = resp
-		default:
-			err = fmt.Errorf("%w: server sent a %s frame", ErrProtocol, protocol.TypeName(h.Type))
-		}
-		if err != nil {
-			break
-		}
-		c.mu.Lock()
-		cl := c.calls[h.StreamID]
-		if f.resp != nil {
-			delete(c.calls, h.StreamID)
-		}
-		c.mu.Unlock()
-		if cl != nil {
-			cl.frames <- f
+// readUntil reads and dispatches frames until cl has one waiting or the
+// connection ends. The caller holds the reader role.
+func (c *Client) readUntil(cl *call) {
+	for len(cl.frames) == 0 {
+		if err := c.readOne(); err != nil {
+			c.fail(err)
+			return
 		}
 	}
+}
+
+// readOne reads one frame and hands it to its call.
+func (c *Client) readOne() error {
+	h, payload, err := c.ch.ReadFrame()
+	if err != nil {
+		return err
+	}
+	var f frame
+	switch h.Type {
+	case protocol.TypeData:
+		ev := new(pb.StreamEvent)
+		if err := protocol.Unmarshal(h, payload, ev); err != nil {
+			return err
+		}
+		f.event = ev
+	case protocol.TypeResponse:
+		resp := new(pb.Response)
+		if err := protocol.Unmarshal(h, payload, resp); err != nil {
+			return err
+		}
+		if h.StreamID == 0 { // connection-level error: the server closes
+			return protocol.FromWire(resp.Error)
+		}
+		f.resp = resp
+	default:
+		return fmt.Errorf("%w: server sent a %s frame", ErrProtocol, protocol.TypeName(h.Type))
+	}
 	c.mu.Lock()
-	c.err = fmt.Errorf("%w: %v", ErrClosed, err)
+	cl := c.calls[h.StreamID]
+	if f.resp != nil {
+		delete(c.calls, h.StreamID)
+	}
 	c.mu.Unlock()
-	close(c.closed)
-	c.ch.Close()
+	if cl != nil {
+		cl.frames <- f
+	}
+	return nil
+}
+
+// fail ends the connection: every pending and later call gets ErrClosed.
+func (c *Client) fail(err error) {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.err = fmt.Errorf("%w: %v", ErrClosed, err)
+		c.mu.Unlock()
+		close(c.closed)
+		c.ch.Close()
+	})
 }
 
 // Close closes the connection; the daemon closes this client's sessions.
 func (c *Client) Close() error {
 	err := c.ch.Close()
-	<-c.closed
+	c.fail(errors.New("closed by the client"))
 	return err
 }
 
@@ -181,7 +200,13 @@ const cancelGrace = 5 * time.Second
 // When ctx ends it sends CANCEL and waits (briefly) for the server to
 // finish the call, so the session is consistent when do returns.
 func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.StreamEvent) error) (*pb.Response, error) {
-	cl := &call{frames: make(chan frame, 256)}
+	// A call's queue holds what the reader role dispatched but the call has
+	// not consumed: one RESPONSE, or a few DATA frames of a stream.
+	depth := 1
+	if onEvent != nil {
+		depth = 64
+	}
+	cl := &call{frames: make(chan frame, depth)}
 	c.mu.Lock()
 	if c.err != nil {
 		err := c.err
@@ -204,28 +229,37 @@ func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.Strea
 		}
 		return nil, fmt.Errorf("%w: %v", ErrClosed, err)
 	}
-	done := ctx.Done()
-	var grace <-chan time.Time
-	var cbErr error
-	cancel := func() {
-		if done == nil {
+	// Cancelling sends CANCEL from whichever goroutine notices; the call
+	// keeps reading until the server's RESPONSE ends it. A server that does
+	// not answer within cancelGrace has the connection closed under it.
+	var cancelSent atomic.Bool
+	sendCancel := func() {
+		if !cancelSent.CompareAndSwap(false, true) {
 			return
 		}
-		done = nil
 		c.ch.WriteFrame(protocol.Header{StreamID: id, Type: protocol.TypeCancel}, nil)
-		grace = time.After(cancelGrace)
+		time.AfterFunc(cancelGrace, func() {
+			c.mu.Lock()
+			_, pending := c.calls[id]
+			c.mu.Unlock()
+			if pending {
+				c.fail(fmt.Errorf("no answer %v after cancelling stream %d", cancelGrace, id))
+			}
+		})
 	}
+	stop := context.AfterFunc(ctx, sendCancel)
+	defer stop()
+	var cbErr error
 	for {
 		select {
 		case f := <-cl.frames:
 			if f.resp != nil {
-				if cbErr != nil {
+				switch {
+				case cbErr != nil:
 					return f.resp, cbErr
-				}
-				if ctx.Err() != nil && f.resp.Error != nil {
+				case ctx.Err() != nil && f.resp.Error != nil:
 					return f.resp, ctx.Err()
-				}
-				if f.resp.Error != nil {
+				case f.resp.Error != nil:
 					return f.resp, protocol.FromWire(f.resp.Error)
 				}
 				return f.resp, nil
@@ -235,20 +269,27 @@ func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.Strea
 			if onEvent != nil && cbErr == nil && ctx.Err() == nil {
 				if err := onEvent(f.event); err != nil {
 					cbErr = err
-					cancel()
+					sendCancel()
 				}
 			}
-		case <-done:
-			cancel()
-		case <-grace:
+		case <-c.reader:
+			c.readUntil(cl)
+			c.reader <- struct{}{}
+		case <-c.closed:
+			// Frames delivered before the end still count.
+			select {
+			case f := <-cl.frames:
+				cl.frames <- f
+				continue
+			default:
+			}
 			c.mu.Lock()
 			delete(c.calls, id)
-			c.mu.Unlock()
-			return nil, ctx.Err()
-		case <-c.closed:
-			c.mu.Lock()
 			err := c.err
 			c.mu.Unlock()
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
 			return nil, err
 		}
 	}

@@ -92,6 +92,8 @@ type DecodeOptions struct {
 	// forcing, for scoring); MaxTokens must equal len(Forced) and each
 	// Token's Predicted is what the model (sampler) would have chosen.
 	Forced []int32
+	// NoStream asks for no per-token events: only the final text.
+	NoStream bool
 }
 
 // Token is one generated token, delivered as soon as it is sampled.
@@ -129,7 +131,7 @@ var stopReasons = map[pb.StopReason]string{
 // error; the tokens generated stay in the session.
 func (s *Session) Decode(ctx context.Context, o DecodeOptions, onToken func(Token) error) (DecodeResult, error) {
 	req := &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{
-		SessionId: s.id, MaxTokens: int32(o.MaxTokens), Stop: o.Stop, ReturnLogits: o.ReturnLogits, ForcedTokens: o.Forced,
+		SessionId: s.id, MaxTokens: int32(o.MaxTokens), Stop: o.Stop, ReturnLogits: o.ReturnLogits, ForcedTokens: o.Forced, NoStream: o.NoStream,
 		Sampling: &pb.SamplingParams{Temperature: o.Temperature, TopK: int32(o.TopK), TopP: o.TopP, Seed: o.Seed},
 	}}}
 	var onEvent func(*pb.StreamEvent) error

@@ -90,6 +90,12 @@ func (srv *Server) serveConn(ctx context.Context, nc net.Conn) {
 				return
 			}
 			c.lastStream = h.StreamID
+			if ping := req.GetPing(); ping != nil {
+				// Answered inline: a ping touches no state, and skipping the
+				// per-call goroutine keeps it the latency floor of the protocol.
+				c.ch.WriteMessage(h.StreamID, protocol.TypeResponse, 0, &pb.Response{Body: &pb.Response_Ping{Ping: &pb.PingReply{Payload: ping.GetPayload()}}})
+				continue
+			}
 			if !srv.startCall(ctx, c, h.StreamID, req) {
 				srv.protocolError(c, fmt.Errorf("%w: stream %d is already in flight", protocol.ErrProtocol, h.StreamID))
 				return

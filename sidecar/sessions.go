@@ -257,12 +257,14 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			if r.GetReturnLogits() {
 				ev.Logits = append([]float32(nil), ectx.Logits()...)
 			}
-			if err := emit(&pb.StreamEvent{Body: &pb.StreamEvent_Token{Token: ev}}); err != nil {
-				if errors.Is(err, protocol.ErrFrameTooLarge) {
-					return fmt.Errorf("%w: a token event does not fit a frame: %v", protocol.ErrResourceExhausted, err)
+			if !r.GetNoStream() {
+				if err := emit(&pb.StreamEvent{Body: &pb.StreamEvent_Token{Token: ev}}); err != nil {
+					if errors.Is(err, protocol.ErrFrameTooLarge) {
+						return fmt.Errorf("%w: a token event does not fit a frame: %v", protocol.ErrResourceExhausted, err)
+					}
+					reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
+					return nil // the client is gone; the tape stays consistent
 				}
-				reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
-				return nil // the client is gone; the tape stays consistent
 			}
 			reply.Tokens++
 			if len(sess.tape) >= limit {

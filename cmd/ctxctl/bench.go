@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
+	"syscall"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/ctxd/ctxd/client"
@@ -135,18 +138,27 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("bench socket", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "model for the private daemon")
 	n := fs.Int("n", 20000, "round trips")
-	tokens := fs.Int("tokens", 256, "tokens per decode")
-	reps := fs.Int("reps", 21, "decode repetitions (median of paired differences)")
+	tokens := fs.Int("tokens", 64, "tokens per decode")
+	reps := fs.Int("reps", 101, "decode repetitions (median of paired differences)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	ctxdBin := fs.String("ctxd", siblingBinary("ctxd"), "ctxd binary for the socket side")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
+	// The socket side is a real ctxd process, as an agent would see it; the
+	// in-process side is the same server code called directly in this
+	// process. Both load the same model with the same settings.
+	sockPath, stopDaemon, err := startDaemonProcess(ctx, *ctxdBin, *model, 2048)
+	if err != nil {
+		return err
+	}
+	defer stopDaemon()
 	p, err := startPrivate(*model, 2048)
 	if err != nil {
 		return err
 	}
 	defer p.Stop()
-	c, err := client.Dial(ctx, p.Socket)
+	c, err := client.Dial(ctx, sockPath)
 	if err != nil {
 		return err
 	}
@@ -173,7 +185,7 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 
 	// Streaming: the same greedy decode over the socket and in-process.
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "p", Kind: policy.KindUserTurn, Text: "Once upon a time"}}}
-	sockWall, inWall, overhead, err := streamTimes(ctx, c, p, m, *tokens, *reps)
+	sockWall, inWall, overhead, serverWall, streamOnly, err := streamTimes(ctx, c, p, m, *tokens, *reps)
 	if err != nil {
 		return err
 	}
@@ -184,36 +196,53 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 		InProcP50us      float64 `json:"inproc_p50_us"`
 		TokenSocketUS    float64 `json:"per_token_socket_us"`
 		TokenInProcUS    float64 `json:"per_token_inproc_us"`
+		TokenServerUS    float64 `json:"per_token_server_side_us"`
 		StreamOverheadUS float64 `json:"stream_overhead_us_per_token"`
+		StreamFramesUS   float64 `json:"stream_frames_us_per_token"`
 		Tokens           int     `json:"tokens_per_decode"`
 	}{
 		Calls: *n, SocketP50us: pct(sock, 50), SocketP99us: pct(sock, 99), InProcP50us: pct(inproc, 50),
-		TokenSocketUS: sockWall, TokenInProcUS: inWall, StreamOverheadUS: overhead, Tokens: *tokens,
+		TokenSocketUS: sockWall, TokenInProcUS: inWall, TokenServerUS: serverWall, StreamOverheadUS: overhead, StreamFramesUS: streamOnly, Tokens: *tokens,
 	}
 	if *asJSON {
 		return e.printJSON(rt)
 	}
 	fmt.Fprintf(e.stdout, "round trip (ping, %d calls): socket p50 %.1f µs, p99 %.1f µs; in-process p50 %.2f µs\n", rt.Calls, rt.SocketP50us, rt.SocketP99us, rt.InProcP50us)
-	fmt.Fprintf(e.stdout, "decode (%d tokens, %d paired runs): socket %.1f µs/token, in-process %.1f µs/token, streaming overhead (median paired difference) %.1f µs/token\n", rt.Tokens, *reps, rt.TokenSocketUS, rt.TokenInProcUS, rt.StreamOverheadUS)
+	fmt.Fprintf(e.stdout, "decode (%d tokens, %d paired runs): socket %.1f µs/token (server side %.1f), in-process %.1f µs/token, streaming overhead (median paired difference) %.1f µs/token\n", rt.Tokens, *reps, rt.TokenSocketUS, rt.TokenServerUS, rt.TokenInProcUS, rt.StreamOverheadUS)
+	fmt.Fprintf(e.stdout, "streaming frames alone (same daemon, streamed − no_stream, median of %d pairs): %.1f µs/token\n", *reps, rt.StreamFramesUS)
 	return nil
 }
 
 // streamTimes runs the same decode over the socket and in-process,
 // alternating, and returns the median wall time per token of each.
-func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int) (sockUS, inUS, overheadUS float64, err error) {
+func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int) (sockUS, inUS, overheadUS, serverUS, streamUS float64, err error) {
 	s, err := c.OpenSession(ctx, "bench-socket")
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, 0, err
 	}
 	defer s.Close(ctx)
 	open := p.Server.Handle(ctx, 0, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: "bench-inproc"}}}, nil)
 	if open.Error != nil {
-		return 0, 0, 0, fmt.Errorf("in-process open: %v", open.Error)
+		return 0, 0, 0, 0, 0, fmt.Errorf("in-process open: %v", open.Error)
 	}
 	inID := open.GetOpenSession().GetSessionId()
 	defer p.Server.Handle(ctx, 0, &pb.Request{Body: &pb.Request_CloseSession{CloseSession: &pb.CloseSessionRequest{SessionId: inID}}}, nil)
 	wm := &pb.Manifest{Segments: []*pb.Segment{{Id: "p", Kind: pb.SegmentKind_SEGMENT_KIND_USER_TURN, Text: m.Segments[0].Text}}}
-	var sockT, inT, diff []float64
+	var sockT, inT, diff, serverSide, streamDiff []float64
+	quietSocket := func() (float64, error) {
+		if _, err := s.EnsurePrefix(ctx, m); err != nil {
+			return 0, err
+		}
+		if _, err := s.PrefillSuffix(ctx); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		res, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: tokens, NoStream: true}, nil)
+		if err != nil {
+			return 0, err
+		}
+		return float64(time.Since(t0).Microseconds()) / float64(max(res.Tokens, 1)), nil
+	}
 	viaSocket := func() (float64, error) {
 		if _, err := s.EnsurePrefix(ctx, m); err != nil {
 			return 0, err
@@ -223,9 +252,11 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 		}
 		n := 0
 		t0 := time.Now()
-		if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: tokens}, func(client.Token) error { n++; return nil }); err != nil {
+		res, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: tokens}, func(client.Token) error { n++; return nil })
+		if err != nil {
 			return 0, err
 		}
+		serverSide = append(serverSide, float64(res.Elapsed.Microseconds())/float64(max(n, 1)))
 		return float64(time.Since(t0).Microseconds()) / float64(max(n, 1)), nil
 	}
 	inProcess := func() (float64, error) {
@@ -261,11 +292,22 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 			}
 		}
 		if err != nil {
-			return 0, 0, 0, err
+			return 0, 0, 0, 0, 0, err
 		}
 		sockT, inT, diff = append(sockT, a), append(inT, b), append(diff, a-b)
+		// The same daemon with and without per-token frames isolates what
+		// streaming itself costs from process-to-process differences.
+		q, err := quietSocket()
+		if err != nil {
+			return 0, 0, 0, 0, 0, err
+		}
+		a2, err := viaSocket()
+		if err != nil {
+			return 0, 0, 0, 0, 0, err
+		}
+		streamDiff = append(streamDiff, a2-q)
 	}
-	return median(sockT), median(inT), median(diff), nil
+	return median(sockT), median(inT), median(diff), median(serverSide), median(streamDiff), nil
 }
 
 func median(v []float64) float64 {
@@ -279,3 +321,52 @@ func pct(d []time.Duration, p int) float64 {
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return float64(s[(len(s)-1)*p/100].Nanoseconds()) / 1000
 }
+
+// siblingBinary is name next to the running ctxctl, or name on PATH.
+func siblingBinary(name string) string {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return name
+}
+
+// startDaemonProcess runs ctxd as a child process on a temporary socket and
+// waits until it answers.
+func startDaemonProcess(ctx context.Context, bin, model string, ctxTokens int) (string, func(), error) {
+	dir, err := os.MkdirTemp("", "ctxctl-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	sock := filepath.Join(dir, "ctxd.sock")
+	cmd := exec.Command(bin, "--model", model, "--ctx", fmt.Sprint(ctxTokens), "--socket", sock,
+		"--data-dir", filepath.Join(dir, "data"), "--log-level", "error")
+	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), benchDaemonEnv...)
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("starting %s: %w", bin, err)
+	}
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		os.RemoveAll(dir)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := client.Dial(ctx, sock)
+		if err == nil {
+			c.Close()
+			return sock, stop, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return "", nil, fmt.Errorf("ctxd did not come up on %s: %v", sock, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var benchDaemonEnv = strings.Fields(os.Getenv("CTXD_BENCH_DAEMON_ENV"))

@@ -2214,7 +2214,10 @@ type DecodeRequest struct {
 	// forced_tokens, when set, are appended one by one instead of sampled
 	// (teacher forcing); each TokenEvent then also carries the arg-max the
 	// model predicted at that step. max_tokens must equal their count.
-	ForcedTokens  []int32 `protobuf:"varint,6,rep,packed,name=forced_tokens,json=forcedTokens,proto3" json:"forced_tokens,omitempty"`
+	ForcedTokens []int32 `protobuf:"varint,6,rep,packed,name=forced_tokens,json=forcedTokens,proto3" json:"forced_tokens,omitempty"`
+	// no_stream sends no TokenEvents: the reply's text is the whole result
+	// (batch callers; the streaming-overhead benchmark).
+	NoStream      bool `protobuf:"varint,7,opt,name=no_stream,json=noStream,proto3" json:"no_stream,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2289,6 +2292,13 @@ func (x *DecodeRequest) GetForcedTokens() []int32 {
 		return x.ForcedTokens
 	}
 	return nil
+}
+
+func (x *DecodeRequest) GetNoStream() bool {
+	if x != nil {
+		return x.NoStream
+	}
+	return false
 }
 
 type TokenEvent struct {
@@ -2892,7 +2902,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
 	"\x05top_p\x18\x03 \x01(\x02R\x04topP\x12\x12\n" +
-	"\x04seed\x18\x04 \x01(\x04R\x04seed\"\xe0\x01\n" +
+	"\x04seed\x18\x04 \x01(\x04R\x04seed\"\xfd\x01\n" +
 	"\rDecodeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x1d\n" +
@@ -2901,7 +2911,8 @@ const file_ctxd_proto_rawDesc = "" +
 	"\bsampling\x18\x03 \x01(\v2\x17.ctxd.v1.SamplingParamsR\bsampling\x12\x12\n" +
 	"\x04stop\x18\x04 \x03(\tR\x04stop\x12#\n" +
 	"\rreturn_logits\x18\x05 \x01(\bR\freturnLogits\x12#\n" +
-	"\rforced_tokens\x18\x06 \x03(\x05R\fforcedTokens\"\x8d\x01\n" +
+	"\rforced_tokens\x18\x06 \x03(\x05R\fforcedTokens\x12\x1b\n" +
+	"\tno_stream\x18\a \x01(\bR\bnoStream\"\x8d\x01\n" +
 	"\n" +
 	"TokenEvent\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x05R\x05token\x12\x14\n" +
