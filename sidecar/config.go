@@ -23,7 +23,18 @@ type Config struct {
 	Threads        int    // 0 = all CPUs
 	AllowUIDs      []int  // peers allowed besides the server's own uid
 	MaxFrame       uint32 // 0 = protocol.DefaultMaxFrame
-	Logger         *slog.Logger
+
+	// Beyond the window (hot-set mode). HotTokens 0 keeps sessions dense:
+	// every token resident, at most ContextTokens.
+	HotTokens    int   // the engine's hot budget in tokens
+	Window       int   // positions stay below this; 0 = the model's trained context
+	BlockTokens  int   // block size; 0 = 64
+	SinkTokens   int   // attention sinks; 0 = 4
+	RecentTokens int   // recent window; 0 = HotTokens/4
+	NoRetrieval  bool  // keep only sinks, pinned and recent (evaluation baseline)
+	MaxRetrieved int   // cap on retrieved blocks per turn; 0 = none
+	ArenaBytes   int64 // host-RAM arena budget; 0 = a quarter of available RAM
+	Logger       *slog.Logger
 	// Version is reported in HelloReply and Status.
 	Version string
 }
@@ -46,6 +57,9 @@ func (c *Config) fill() error {
 	}
 	if c.ContextTokens < 0 {
 		return fmt.Errorf("%w: --ctx %d", ErrConfig, c.ContextTokens)
+	}
+	if c.HotTokens < 0 || c.Window < 0 || c.BlockTokens < 0 || c.SinkTokens < 0 || c.RecentTokens < 0 || c.ArenaBytes < 0 {
+		return fmt.Errorf("%w: negative hot-set setting", ErrConfig)
 	}
 	if !c.KVType.Valid() {
 		return fmt.Errorf("%w: KV type %v", ErrConfig, c.KVType)

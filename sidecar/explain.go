@@ -32,9 +32,13 @@ func (srv *Server) explain(ctx context.Context, r *pb.ExplainRequest) (*pb.Expla
 		CompatKey:     sess.compat,
 	}
 	if srv.slot.model != nil {
-		rep.Capacity = capacityToWire(srv.slot.capacity)
+		rep.Capacity = srv.capacityReply()
 	}
 	rep.ResidentTokens = int64(len(sess.tape))
+	hotRanges := [][2]int{{0, len(sess.tape)}}
+	if h := sess.hot; h != nil {
+		hotRanges = explainHot(rep, sess)
+	}
 	for _, sp := range sess.spans {
 		n := int64(sp.end - sp.start)
 		if sp.generated {
@@ -44,8 +48,50 @@ func (srv *Server) explain(ctx context.Context, r *pb.ExplainRequest) (*pb.Expla
 		rep.TokensByClass[class.String()] += n
 		rep.Segments = append(rep.Segments, &pb.SegmentResidency{
 			Id: sp.seg.ID, Kind: pb.SegmentKind(sp.seg.Kind), Class: pb.CacheClass(class),
-			Tokens: n, ResidentTokens: n, FirstPosition: int64(sp.start), Stable: sp.seg.Stable,
+			Tokens: n, ResidentTokens: overlap(hotRanges, sp.start, sp.end), FirstPosition: int64(sp.start), Stable: sp.seg.Stable,
 		})
 	}
 	return rep, nil
+}
+
+// explainHot fills the hot-set figures and returns the tape ranges that
+// are in the engine.
+func explainHot(rep *pb.ExplainReply, sess *session) [][2]int {
+	h := sess.hot
+	var ranges [][2]int
+	for _, b := range h.blocks {
+		switch {
+		case b.hot:
+			rep.HotTokens += int64(b.n)
+			rep.HotBlocks++
+			ranges = append(ranges, [2]int{b.vstart, b.vstart + b.n})
+			if b.retrieved {
+				rep.Retrieved = append(rep.Retrieved, &pb.RetrievedBlock{BlockId: b.id, FirstToken: int64(b.vstart), Tokens: int64(b.n), Score: b.score, Reason: b.reason})
+			}
+		case b.stored:
+			rep.ParkedTokens += int64(b.n)
+			rep.ParkedBlocks++
+		default:
+			rep.LostBlocks++
+		}
+	}
+	tail := len(sess.tape) - h.tailV
+	rep.HotTokens += int64(tail)
+	ranges = append(ranges, [2]int{h.tailV, len(sess.tape)})
+	if p := h.plan; p != nil {
+		rep.ProtectedTokens, rep.RetrievedTokens = int64(p.ProtectedTokens), int64(p.RetrievedTokens)
+	}
+	rep.Diagnostics = append(rep.Diagnostics, h.diag...)
+	rep.Evictions, rep.Admissions = h.evictions, h.admissions
+	return ranges
+}
+
+func overlap(ranges [][2]int, a, b int) int64 {
+	var n int
+	for _, r := range ranges {
+		if lo, hi := max(a, r[0]), min(b, r[1]); lo < hi {
+			n += hi - lo
+		}
+	}
+	return int64(n)
 }

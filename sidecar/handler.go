@@ -110,7 +110,7 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 	srv.mu.Unlock()
 	if srv.slot.model != nil {
 		r.Model = srv.modelInfo()
-		r.Capacity = capacityToWire(srv.slot.capacity)
+		r.Capacity = srv.capacityReply()
 	}
 	return r, nil
 }
@@ -133,6 +133,17 @@ func capacityToWire(c policy.Capacity) *pb.Capacity {
 	}
 }
 
+// capacityReply adds the hot-set figures of the loaded model.
+func (srv *Server) capacityReply() *pb.Capacity {
+	c := capacityToWire(srv.slot.capacity)
+	if hc := srv.slot.hot; hc.budget > 0 {
+		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.limit), int64(hc.window), srv.slot.arenaBytes
+		c.ArenaTokens = int64(srv.slot.sessionTokens() - hc.limit)
+	}
+	c.SessionTokens = int64(srv.slot.sessionTokens())
+	return c
+}
+
 func (srv *Server) loadModel(ctx context.Context, r *pb.LoadModelRequest) (*pb.LoadModelReply, error) {
 	if r.GetPath() == "" || r.GetContextTokens() < 0 {
 		return nil, fmt.Errorf("%w: load_model needs a path and a non-negative context", protocol.ErrInvalidArgument)
@@ -144,12 +155,13 @@ func (srv *Server) loadModel(ctx context.Context, r *pb.LoadModelRequest) (*pb.L
 	if err := srv.loadLocked(r.GetPath(), int(r.GetContextTokens())); err != nil {
 		return nil, err
 	}
-	return &pb.LoadModelReply{Model: srv.modelInfo(), Capacity: capacityToWire(srv.slot.capacity)}, nil
+	return &pb.LoadModelReply{Model: srv.modelInfo(), Capacity: srv.capacityReply()}, nil
 }
 
 // loadLocked loads a model; the caller holds the slot token.
 func (srv *Server) loadLocked(path string, ctxTokens int) error {
 	warn, err := srv.slot.load(loadOptions{
+		cfg: &srv.cfg, dataDir: srv.cfg.DataDir, log: srv.log.Warn,
 		path: path, contextTokens: ctxTokens, kvType: srv.cfg.KVType,
 		flashAttention: srv.cfg.FlashAttention, batchTokens: srv.cfg.BatchTokens, threads: srv.cfg.Threads,
 	})

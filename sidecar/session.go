@@ -39,6 +39,7 @@ type session struct {
 	tokCache map[[32]byte][]engine.Token
 	lastUsed time.Time
 	closed   bool
+	hot      *hotState // hot-set mode; nil for dense sessions
 }
 
 func newSession(id uint64, name string, connID uint64) *session {
@@ -107,7 +108,10 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 // token's logits are left in the engine (recomputing one token if all was
 // reused). With keepTail a tape that already extends target is left as is.
 // The caller holds the slot token and sess is resident.
-func (srv *Server) sync(ctx context.Context, sess *session, target prompt, needLogits, keepTail bool) (syncResult, error) {
+func (srv *Server) sync(ctx context.Context, sess *session, target prompt, needLogits, keepTail, retrieve bool) (syncResult, error) {
+	if sess.hot != nil {
+		return srv.hotSync(ctx, sess, target, needLogits, keepTail, retrieve)
+	}
 	r := syncResult{promptTokens: len(target.tokens)}
 	limit := srv.slot.contextTokens()
 	if len(target.tokens) > limit {
@@ -158,6 +162,52 @@ func (srv *Server) prefill(ctx context.Context, sess *session, target prompt, fr
 		}
 		sess.tape = append(sess.tape, target.tokens[off:end]...)
 		sess.logitsAt = len(sess.tape)
+	}
+	return nil
+}
+
+// appendTokens decodes toks after the tape: at their tape positions for a
+// dense session, through the hot set otherwise.
+func (srv *Server) appendTokens(ctx context.Context, sess *session, toks []engine.Token) error {
+	if sess.hot != nil {
+		return srv.hotAppend(ctx, sess, toks)
+	}
+	if len(sess.tape)+len(toks) > srv.slot.contextTokens() {
+		return protocol.OverflowError{PromptTokens: int64(len(sess.tape) + len(toks)), ContextTokens: int64(srv.slot.contextTokens())}
+	}
+	if err := srv.slot.ectx.Decode(ctx, toks, len(sess.tape)); err != nil {
+		sess.logitsAt = -1
+		return engineErr(err)
+	}
+	sess.tape = append(sess.tape, toks...)
+	sess.logitsAt = len(sess.tape)
+	return nil
+}
+
+// refreshLogits recomputes the tape's last token (in hot-set mode, the
+// rest of its block) so the engine holds the logits to sample from.
+func (srv *Server) refreshLogits(ctx context.Context, sess *session) error {
+	n := len(sess.tape)
+	spans := append([]span(nil), sess.spans...)
+	var kept int
+	if sess.hot != nil {
+		var err error
+		if kept, err = srv.hotTruncate(sess, n-1); err != nil {
+			return err
+		}
+	} else {
+		if _, err := srv.slot.ectx.Remove(n-1, -1); err != nil {
+			return engineErr(err)
+		}
+		kept = n - 1
+	}
+	// truncate only reslices: the dropped tokens are still in the array.
+	redo := append([]engine.Token(nil), sess.tape[kept:n]...)
+	sess.tape = sess.tape[:kept]
+	sess.spans = spans
+	if err := srv.appendTokens(ctx, sess, redo); err != nil {
+		sess.spans = clipSpans(spans, len(sess.tape))
+		return err
 	}
 	return nil
 }

@@ -40,7 +40,10 @@ func (srv *Server) openSession(ctx context.Context, connID uint64, r *pb.OpenSes
 	srv.mu.Unlock()
 	srv.slot.holders++
 	srv.log.Debug("session opened", "session", sess.id, "name", sess.name, "conn", connID)
-	return &pb.OpenSessionReply{SessionId: sess.id, ContextTokens: int64(srv.slot.contextTokens()), CompatKey: srv.compatKey("plain")}, nil
+	if srv.slot.hot.budget > 0 {
+		sess.hot = newHotState()
+	}
+	return &pb.OpenSessionReply{SessionId: sess.id, ContextTokens: int64(srv.slot.sessionTokens()), CompatKey: srv.compatKey("plain")}, nil
 }
 
 func (srv *Server) compatKey(template string) string {
@@ -117,7 +120,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if err != nil {
 			return err
 		}
-		res, err = srv.sync(ctx, sess, target, false, true)
+		res, err = srv.sync(ctx, sess, target, false, true, false)
 		if errors.Is(err, protocol.ErrContextOverflow) {
 			return err // nothing was touched
 		}
@@ -157,7 +160,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 			return err
 		}
 		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...)}
-		res, err = srv.sync(ctx, sess, target, true, false)
+		res, err = srv.sync(ctx, sess, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
 		base := len(stable.tokens)
 		res.reusable = max(0, res.reusable-base)
@@ -196,21 +199,10 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			return fmt.Errorf("%w: decode on an empty session", protocol.ErrInvalidArgument)
 		}
 		if sess.logitsAt != len(sess.tape) || ectx.Logits() == nil {
-			// Logits were lost (parked, or nothing prefilled): recompute the
-			// last token.
-			last := len(sess.tape) - 1
-			if _, err := ectx.Remove(last, -1); err != nil {
-				return engineErr(err)
+			// Logits were lost (parked, or nothing prefilled).
+			if err := srv.refreshLogits(ctx, sess); err != nil {
+				return err
 			}
-			tok := sess.tape[last]
-			sess.truncate(last)
-			if err := ectx.Decode(ctx, []engine.Token{tok}, last); err != nil {
-				sess.logitsAt = -1
-				sess.spans = clipSpans(sess.spans, last)
-				return engineErr(err)
-			}
-			sess.tape = append(sess.tape, tok)
-			sess.logitsAt = len(sess.tape)
 		}
 		smp, err := ectx.NewSampler(params)
 		if err != nil {
@@ -226,7 +218,7 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 				sess.spans[len(sess.spans)-1].end = len(sess.tape)
 			}
 		}()
-		limit := srv.slot.contextTokens()
+		limit := srv.slot.sessionTokens()
 		for i := 0; ; i++ {
 			if ctx.Err() != nil {
 				reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
@@ -271,17 +263,13 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 				reply.Reason = pb.StopReason_STOP_REASON_CONTEXT_FULL
 				break
 			}
-			pos := len(sess.tape)
-			if err := ectx.Decode(ctx, []engine.Token{tok}, pos); err != nil {
-				sess.logitsAt = -1
+			if err := srv.appendTokens(ctx, sess, []engine.Token{tok}); err != nil {
 				if ctx.Err() != nil {
 					reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
 					return nil
 				}
-				return engineErr(err)
+				return err
 			}
-			sess.tape = append(sess.tape, tok)
-			sess.logitsAt = len(sess.tape)
 			if out.stop(r.GetStop()) {
 				reply.Reason = pb.StopReason_STOP_REASON_STOP_STRING
 				break

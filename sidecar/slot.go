@@ -5,24 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
+	"github.com/ctxd/ctxd/shm"
 )
 
 // slot is the single model slot. Its token (a one-element channel) is the
 // right to use the engine; holders may wait for it with a context.
 type slot struct {
-	token    chan struct{}
-	model    engine.Model
-	ectx     engine.Context
-	facts    engine.Facts
-	capacity policy.Capacity
-	resident *session // whose tape is in sequence 0
-	holders  int      // open sessions; a non-zero count pins the model
+	token      chan struct{}
+	model      engine.Model
+	ectx       engine.Context
+	facts      engine.Facts
+	capacity   policy.Capacity
+	resident   *session // whose tape is in sequence 0
+	holders    int      // open sessions; a non-zero count pins the model
+	hot        hotConfig
+	arena      *shm.Arena
+	arenaBytes int64
+	nextBlock  uint64
+	kv         policy.KVType
 }
 
 func newSlot() *slot {
@@ -45,6 +52,9 @@ func (s *slot) release() { s.token <- struct{}{} }
 
 // loadOptions are the settings a model is loaded with.
 type loadOptions struct {
+	cfg            *Config
+	dataDir        string
+	log            func(msg string, args ...any)
 	path           string
 	contextTokens  int
 	kvType         policy.KVType
@@ -90,8 +100,19 @@ func (s *slot) load(o loadOptions) (string, error) {
 		m.Close()
 		return "", fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
 	}
+	hc, err := resolveHot(o.cfg, facts, capa)
+	if err != nil {
+		m.Close()
+		return "", err
+	}
+	cells := int(capa.ContextTokens)
+	if hc.budget > 0 {
+		// The hot set, plus room for a block passing through the scratch
+		// sequence while it is inserted.
+		cells = hc.limit + 2*hc.block
+	}
 	ectx, err := m.NewContext(engine.ContextOptions{
-		ContextTokens:  int(capa.ContextTokens),
+		ContextTokens:  cells,
 		BatchTokens:    o.batchTokens,
 		KVType:         o.kvType,
 		FlashAttention: o.flashAttention,
@@ -105,13 +126,47 @@ func (s *slot) load(o loadOptions) (string, error) {
 		}
 		return "", fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
 	}
+	var arena *shm.Arena
+	var arenaBytes int64
+	if hc.budget > 0 {
+		arenaBytes = o.cfg.ArenaBytes
+		if arenaBytes == 0 {
+			arenaBytes = usable / 4
+		}
+		compat := policy.CompatKey{ModelDigest: facts.Digest, Template: "blocks", KVType: o.kvType,
+			FlashAttention: o.flashAttention, ContextTokens: int64(cells), FormatVersion: formatVersion}.String()
+		a, rep, err := shm.Open(filepath.Join(o.dataDir, "shm"), shm.Options{BudgetBytes: arenaBytes, Compat: compat})
+		if err != nil {
+			ectx.Close()
+			m.Close()
+			return "", fmt.Errorf("%w: host-RAM arena: %v", protocol.ErrResourceExhausted, err)
+		}
+		for _, sa := range rep.SetAside {
+			o.log("arena file set aside", "path", sa.Path, "moved_to", sa.MovedTo, "err", sa.Err)
+		}
+		for _, d := range rep.Dropped {
+			o.log("arena block dropped", "id", d.ID, "err", d.Err)
+		}
+		// Sessions do not outlive the process yet, so parked blocks of a
+		// previous run have no owner: free them.
+		for _, meta := range a.List() {
+			a.Delete(meta.ID)
+		}
+		arena = a
+	}
 	s.unload()
 	s.model, s.ectx, s.facts, s.capacity = m, ectx, facts, capa
+	s.hot, s.arena, s.arenaBytes, s.kv = hc, arena, arenaBytes, o.kvType
 	return capa.Warning, nil
 }
 
 // unload frees the model; the caller holds the token and checked holders.
 func (s *slot) unload() {
+	if s.arena != nil {
+		s.arena.Close()
+		s.arena = nil
+	}
+	s.hot = hotConfig{}
 	if s.ectx != nil {
 		s.ectx.Close()
 	}
@@ -130,6 +185,18 @@ func (s *slot) contextTokens() int {
 	}
 	return int(s.capacity.ContextTokens)
 }
+
+// sessionTokens is the most tokens a session may hold: the context in
+// dense mode; the hot budget plus what the arena holds in hot-set mode.
+func (s *slot) sessionTokens() int {
+	if s.hot.budget == 0 {
+		return s.contextTokens()
+	}
+	kv := s.facts.KVBytesPerToken(s.kvType())
+	return s.hot.limit + int(policy.TokensForBytes(s.arenaBytes, max(kv, 1)))
+}
+
+func (s *slot) kvType() policy.KVType { return s.kv }
 
 // makeResident puts sess's tape into the engine, parking the resident
 // session's KV in host memory. The caller holds the token.
@@ -163,6 +230,13 @@ func (s *slot) makeResident(sess *session) error {
 
 // forget drops sess from the engine if resident.
 func (s *slot) forget(sess *session) {
+	if sess.hot != nil && s.arena != nil {
+		for _, b := range sess.hot.blocks {
+			if b.stored {
+				s.arena.Delete(b.id)
+			}
+		}
+	}
 	if s.resident == sess {
 		s.ectx.Clear()
 		s.resident = nil
@@ -175,4 +249,36 @@ func threadsOr(n int) int {
 		return n
 	}
 	return runtime.NumCPU()
+}
+
+// resolveHot fills the hot-set settings from the configuration and the
+// model, refusing budgets that cannot hold what must stay hot.
+func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfig, error) {
+	if cfg == nil || cfg.HotTokens == 0 {
+		return hotConfig{}, nil
+	}
+	if !facts.CanShift {
+		return hotConfig{}, fmt.Errorf("%w: this model cannot shift positions (llama.cpp reports no shift support), so the hot set is off: run without --hot for dense attention within its window", protocol.ErrInvalidArgument)
+	}
+	hc := hotConfig{budget: cfg.HotTokens, window: cfg.Window, block: cfg.BlockTokens, sinks: cfg.SinkTokens,
+		recent: cfg.RecentTokens, retrieval: !cfg.NoRetrieval, maxRetrieved: cfg.MaxRetrieved}
+	if hc.window == 0 {
+		hc.window = facts.TrainedContext
+	}
+	if hc.block == 0 {
+		hc.block = 64
+	}
+	if hc.sinks == 0 {
+		hc.sinks = 4
+	}
+	if hc.recent == 0 {
+		hc.recent = hc.budget / 4
+	}
+	hc.limit = min(hc.budget, hc.window)
+	hc.reserve = hc.block / 2
+	if need := hc.sinks + hc.recent + 2*hc.block + hc.reserve; need > hc.limit {
+		return hotConfig{}, fmt.Errorf("%w: hot budget %d (window %d) is smaller than sinks %d + recent %d + two blocks of %d + decode reserve %d = %d",
+			ErrConfig, hc.budget, hc.window, hc.sinks, hc.recent, hc.block, hc.reserve, need)
+	}
+	return hc, nil
 }

@@ -1300,8 +1300,14 @@ type Capacity struct {
 	Clamped         bool                   `protobuf:"varint,8,opt,name=clamped,proto3" json:"clamped,omitempty"`
 	Reason          string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
 	MemoryKind      string                 `protobuf:"bytes,10,opt,name=memory_kind,json=memoryKind,proto3" json:"memory_kind,omitempty"` // "host" or "device"
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Beyond the window (hot-set mode; zero when off):
+	HotTokens     int64 `protobuf:"varint,11,opt,name=hot_tokens,json=hotTokens,proto3" json:"hot_tokens,omitempty"`             // the engine's hot budget
+	WindowTokens  int64 `protobuf:"varint,12,opt,name=window_tokens,json=windowTokens,proto3" json:"window_tokens,omitempty"`    // positions stay below this (trained window)
+	ArenaBytes    int64 `protobuf:"varint,13,opt,name=arena_bytes,json=arenaBytes,proto3" json:"arena_bytes,omitempty"`          // host-RAM arena budget
+	ArenaTokens   int64 `protobuf:"varint,14,opt,name=arena_tokens,json=arenaTokens,proto3" json:"arena_tokens,omitempty"`       // arena_bytes / KV bytes per token
+	SessionTokens int64 `protobuf:"varint,15,opt,name=session_tokens,json=sessionTokens,proto3" json:"session_tokens,omitempty"` // a session's limit: hot + arena tokens
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Capacity) Reset() {
@@ -1402,6 +1408,41 @@ func (x *Capacity) GetMemoryKind() string {
 		return x.MemoryKind
 	}
 	return ""
+}
+
+func (x *Capacity) GetHotTokens() int64 {
+	if x != nil {
+		return x.HotTokens
+	}
+	return 0
+}
+
+func (x *Capacity) GetWindowTokens() int64 {
+	if x != nil {
+		return x.WindowTokens
+	}
+	return 0
+}
+
+func (x *Capacity) GetArenaBytes() int64 {
+	if x != nil {
+		return x.ArenaBytes
+	}
+	return 0
+}
+
+func (x *Capacity) GetArenaTokens() int64 {
+	if x != nil {
+		return x.ArenaTokens
+	}
+	return 0
+}
+
+func (x *Capacity) GetSessionTokens() int64 {
+	if x != nil {
+		return x.SessionTokens
+	}
+	return 0
 }
 
 type StatusReply struct {
@@ -2581,22 +2622,110 @@ func (x *SegmentResidency) GetStable() bool {
 	return false
 }
 
+type RetrievedBlock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BlockId       uint64                 `protobuf:"varint,1,opt,name=block_id,json=blockId,proto3" json:"block_id,omitempty"`
+	FirstToken    int64                  `protobuf:"varint,2,opt,name=first_token,json=firstToken,proto3" json:"first_token,omitempty"` // position of its first token in the session's stream
+	Tokens        int64                  `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Score         float64                `protobuf:"fixed64,4,opt,name=score,proto3" json:"score,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetrievedBlock) Reset() {
+	*x = RetrievedBlock{}
+	mi := &file_ctxd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetrievedBlock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetrievedBlock) ProtoMessage() {}
+
+func (x *RetrievedBlock) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetrievedBlock.ProtoReflect.Descriptor instead.
+func (*RetrievedBlock) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RetrievedBlock) GetBlockId() uint64 {
+	if x != nil {
+		return x.BlockId
+	}
+	return 0
+}
+
+func (x *RetrievedBlock) GetFirstToken() int64 {
+	if x != nil {
+		return x.FirstToken
+	}
+	return 0
+}
+
+func (x *RetrievedBlock) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *RetrievedBlock) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *RetrievedBlock) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type ExplainReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	SessionId       uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	ResidentTokens  int64                  `protobuf:"varint,2,opt,name=resident_tokens,json=residentTokens,proto3" json:"resident_tokens,omitempty"`
+	ResidentTokens  int64                  `protobuf:"varint,2,opt,name=resident_tokens,json=residentTokens,proto3" json:"resident_tokens,omitempty"` // all tokens of the session (its stream)
 	GeneratedTokens int64                  `protobuf:"varint,3,opt,name=generated_tokens,json=generatedTokens,proto3" json:"generated_tokens,omitempty"`
 	Segments        []*SegmentResidency    `protobuf:"bytes,4,rep,name=segments,proto3" json:"segments,omitempty"`
 	TokensByClass   map[string]int64       `protobuf:"bytes,5,rep,name=tokens_by_class,json=tokensByClass,proto3" json:"tokens_by_class,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	Capacity        *Capacity              `protobuf:"bytes,6,opt,name=capacity,proto3" json:"capacity,omitempty"`
 	CompatKey       string                 `protobuf:"bytes,7,opt,name=compat_key,json=compatKey,proto3" json:"compat_key,omitempty"`
+	// Hot-set mode:
+	HotTokens       int64             `protobuf:"varint,8,opt,name=hot_tokens,json=hotTokens,proto3" json:"hot_tokens,omitempty"`                    // in the engine now
+	ParkedTokens    int64             `protobuf:"varint,9,opt,name=parked_tokens,json=parkedTokens,proto3" json:"parked_tokens,omitempty"`           // in the host-RAM arena only
+	ProtectedTokens int64             `protobuf:"varint,10,opt,name=protected_tokens,json=protectedTokens,proto3" json:"protected_tokens,omitempty"` // sinks + pinned + recent at the last plan
+	RetrievedTokens int64             `protobuf:"varint,11,opt,name=retrieved_tokens,json=retrievedTokens,proto3" json:"retrieved_tokens,omitempty"` // admitted by retrieval at the last plan
+	HotBlocks       int64             `protobuf:"varint,12,opt,name=hot_blocks,json=hotBlocks,proto3" json:"hot_blocks,omitempty"`
+	ParkedBlocks    int64             `protobuf:"varint,13,opt,name=parked_blocks,json=parkedBlocks,proto3" json:"parked_blocks,omitempty"`
+	LostBlocks      int64             `protobuf:"varint,14,opt,name=lost_blocks,json=lostBlocks,proto3" json:"lost_blocks,omitempty"` // dropped from a full arena: tokens kept, KV gone
+	Retrieved       []*RetrievedBlock `protobuf:"bytes,15,rep,name=retrieved,proto3" json:"retrieved,omitempty"`
+	Diagnostics     []string          `protobuf:"bytes,16,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
+	Evictions       int64             `protobuf:"varint,17,opt,name=evictions,proto3" json:"evictions,omitempty"`
+	Admissions      int64             `protobuf:"varint,18,opt,name=admissions,proto3" json:"admissions,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ExplainReply) Reset() {
 	*x = ExplainReply{}
-	mi := &file_ctxd_proto_msgTypes[30]
+	mi := &file_ctxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2737,7 @@ func (x *ExplainReply) String() string {
 func (*ExplainReply) ProtoMessage() {}
 
 func (x *ExplainReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[30]
+	mi := &file_ctxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2750,7 @@ func (x *ExplainReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainReply.ProtoReflect.Descriptor instead.
 func (*ExplainReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{30}
+	return file_ctxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExplainReply) GetSessionId() uint64 {
@@ -2673,6 +2802,83 @@ func (x *ExplainReply) GetCompatKey() string {
 	return ""
 }
 
+func (x *ExplainReply) GetHotTokens() int64 {
+	if x != nil {
+		return x.HotTokens
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetParkedTokens() int64 {
+	if x != nil {
+		return x.ParkedTokens
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetProtectedTokens() int64 {
+	if x != nil {
+		return x.ProtectedTokens
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetRetrievedTokens() int64 {
+	if x != nil {
+		return x.RetrievedTokens
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetHotBlocks() int64 {
+	if x != nil {
+		return x.HotBlocks
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetParkedBlocks() int64 {
+	if x != nil {
+		return x.ParkedBlocks
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetLostBlocks() int64 {
+	if x != nil {
+		return x.LostBlocks
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetRetrieved() []*RetrievedBlock {
+	if x != nil {
+		return x.Retrieved
+	}
+	return nil
+}
+
+func (x *ExplainReply) GetDiagnostics() []string {
+	if x != nil {
+		return x.Diagnostics
+	}
+	return nil
+}
+
+func (x *ExplainReply) GetEvictions() int64 {
+	if x != nil {
+		return x.Evictions
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetAdmissions() int64 {
+	if x != nil {
+		return x.Admissions
+	}
+	return 0
+}
+
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2682,7 +2888,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_ctxd_proto_msgTypes[31]
+	mi := &file_ctxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2900,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[31]
+	mi := &file_ctxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2913,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{31}
+	return file_ctxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CloseSessionRequest) GetSessionId() uint64 {
@@ -2725,7 +2931,7 @@ type CloseSessionReply struct {
 
 func (x *CloseSessionReply) Reset() {
 	*x = CloseSessionReply{}
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2737,7 +2943,7 @@ func (x *CloseSessionReply) String() string {
 func (*CloseSessionReply) ProtoMessage() {}
 
 func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2750,7 +2956,7 @@ func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionReply.ProtoReflect.Descriptor instead.
 func (*CloseSessionReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{32}
+	return file_ctxd_proto_rawDescGZIP(), []int{33}
 }
 
 var File_ctxd_proto protoreflect.FileDescriptor
@@ -2829,7 +3035,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"vocab_size\x18\b \x01(\x05R\tvocabSize\x12+\n" +
 	"\x12kv_bytes_per_token\x18\t \x01(\x03R\x0fkvBytesPerToken\x12#\n" +
 	"\rweights_bytes\x18\n" +
-	" \x01(\x03R\fweightsBytes\"\xf5\x02\n" +
+	" \x01(\x03R\fweightsBytes\"\xa4\x04\n" +
 	"\bCapacity\x12+\n" +
 	"\x12kv_bytes_per_token\x18\x01 \x01(\x03R\x0fkvBytesPerToken\x12!\n" +
 	"\fusable_bytes\x18\x02 \x01(\x03R\vusableBytes\x12#\n" +
@@ -2842,7 +3048,14 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12\x1f\n" +
 	"\vmemory_kind\x18\n" +
 	" \x01(\tR\n" +
-	"memoryKind\"\xa9\x02\n" +
+	"memoryKind\x12\x1d\n" +
+	"\n" +
+	"hot_tokens\x18\v \x01(\x03R\thotTokens\x12#\n" +
+	"\rwindow_tokens\x18\f \x01(\x03R\fwindowTokens\x12\x1f\n" +
+	"\varena_bytes\x18\r \x01(\x03R\n" +
+	"arenaBytes\x12!\n" +
+	"\farena_tokens\x18\x0e \x01(\x03R\varenaTokens\x12%\n" +
+	"\x0esession_tokens\x18\x0f \x01(\x03R\rsessionTokens\"\xa9\x02\n" +
 	"\vStatusReply\x12%\n" +
 	"\x0eserver_version\x18\x01 \x01(\tR\rserverVersion\x12(\n" +
 	"\x05model\x18\x02 \x01(\v2\x12.ctxd.v1.ModelInfoR\x05model\x12-\n" +
@@ -2937,7 +3150,14 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x06tokens\x18\x04 \x01(\x03R\x06tokens\x12'\n" +
 	"\x0fresident_tokens\x18\x05 \x01(\x03R\x0eresidentTokens\x12%\n" +
 	"\x0efirst_position\x18\x06 \x01(\x03R\rfirstPosition\x12\x16\n" +
-	"\x06stable\x18\a \x01(\bR\x06stable\"\x9a\x03\n" +
+	"\x06stable\x18\a \x01(\bR\x06stable\"\x92\x01\n" +
+	"\x0eRetrievedBlock\x12\x19\n" +
+	"\bblock_id\x18\x01 \x01(\x04R\ablockId\x12\x1f\n" +
+	"\vfirst_token\x18\x02 \x01(\x03R\n" +
+	"firstToken\x12\x16\n" +
+	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x14\n" +
+	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xb0\x06\n" +
 	"\fExplainReply\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12'\n" +
@@ -2947,7 +3167,24 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x0ftokens_by_class\x18\x05 \x03(\v2(.ctxd.v1.ExplainReply.TokensByClassEntryR\rtokensByClass\x12-\n" +
 	"\bcapacity\x18\x06 \x01(\v2\x11.ctxd.v1.CapacityR\bcapacity\x12\x1d\n" +
 	"\n" +
-	"compat_key\x18\a \x01(\tR\tcompatKey\x1a@\n" +
+	"compat_key\x18\a \x01(\tR\tcompatKey\x12\x1d\n" +
+	"\n" +
+	"hot_tokens\x18\b \x01(\x03R\thotTokens\x12#\n" +
+	"\rparked_tokens\x18\t \x01(\x03R\fparkedTokens\x12)\n" +
+	"\x10protected_tokens\x18\n" +
+	" \x01(\x03R\x0fprotectedTokens\x12)\n" +
+	"\x10retrieved_tokens\x18\v \x01(\x03R\x0fretrievedTokens\x12\x1d\n" +
+	"\n" +
+	"hot_blocks\x18\f \x01(\x03R\thotBlocks\x12#\n" +
+	"\rparked_blocks\x18\r \x01(\x03R\fparkedBlocks\x12\x1f\n" +
+	"\vlost_blocks\x18\x0e \x01(\x03R\n" +
+	"lostBlocks\x125\n" +
+	"\tretrieved\x18\x0f \x03(\v2\x17.ctxd.v1.RetrievedBlockR\tretrieved\x12 \n" +
+	"\vdiagnostics\x18\x10 \x03(\tR\vdiagnostics\x12\x1c\n" +
+	"\tevictions\x18\x11 \x01(\x03R\tevictions\x12\x1e\n" +
+	"\n" +
+	"admissions\x18\x12 \x01(\x03R\n" +
+	"admissions\x1a@\n" +
 	"\x12TokensByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"4\n" +
@@ -3011,7 +3248,7 @@ func file_ctxd_proto_rawDescGZIP() []byte {
 }
 
 var file_ctxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_ctxd_proto_goTypes = []any{
 	(ErrorCode)(0),               // 0: ctxd.v1.ErrorCode
 	(SegmentKind)(0),             // 1: ctxd.v1.SegmentKind
@@ -3047,10 +3284,11 @@ var file_ctxd_proto_goTypes = []any{
 	(*DecodeReply)(nil),          // 31: ctxd.v1.DecodeReply
 	(*ExplainRequest)(nil),       // 32: ctxd.v1.ExplainRequest
 	(*SegmentResidency)(nil),     // 33: ctxd.v1.SegmentResidency
-	(*ExplainReply)(nil),         // 34: ctxd.v1.ExplainReply
-	(*CloseSessionRequest)(nil),  // 35: ctxd.v1.CloseSessionRequest
-	(*CloseSessionReply)(nil),    // 36: ctxd.v1.CloseSessionReply
-	nil,                          // 37: ctxd.v1.ExplainReply.TokensByClassEntry
+	(*RetrievedBlock)(nil),       // 34: ctxd.v1.RetrievedBlock
+	(*ExplainReply)(nil),         // 35: ctxd.v1.ExplainReply
+	(*CloseSessionRequest)(nil),  // 36: ctxd.v1.CloseSessionRequest
+	(*CloseSessionReply)(nil),    // 37: ctxd.v1.CloseSessionReply
+	nil,                          // 38: ctxd.v1.ExplainReply.TokensByClassEntry
 }
 var file_ctxd_proto_depIdxs = []int32{
 	9,  // 0: ctxd.v1.Request.hello:type_name -> ctxd.v1.HelloRequest
@@ -3062,7 +3300,7 @@ var file_ctxd_proto_depIdxs = []int32{
 	26, // 6: ctxd.v1.Request.prefill_suffix:type_name -> ctxd.v1.PrefillSuffixRequest
 	29, // 7: ctxd.v1.Request.decode:type_name -> ctxd.v1.DecodeRequest
 	32, // 8: ctxd.v1.Request.explain:type_name -> ctxd.v1.ExplainRequest
-	35, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
+	36, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
 	11, // 10: ctxd.v1.Request.ping:type_name -> ctxd.v1.PingRequest
 	7,  // 11: ctxd.v1.Response.error:type_name -> ctxd.v1.Error
 	10, // 12: ctxd.v1.Response.hello:type_name -> ctxd.v1.HelloReply
@@ -3073,8 +3311,8 @@ var file_ctxd_proto_depIdxs = []int32{
 	27, // 17: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
 	27, // 18: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
 	31, // 19: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
-	34, // 20: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
-	36, // 21: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
+	35, // 20: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
+	37, // 21: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
 	12, // 22: ctxd.v1.Response.ping:type_name -> ctxd.v1.PingReply
 	30, // 23: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
 	0,  // 24: ctxd.v1.Error.code:type_name -> ctxd.v1.ErrorCode
@@ -3093,13 +3331,14 @@ var file_ctxd_proto_depIdxs = []int32{
 	1,  // 37: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
 	2,  // 38: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
 	33, // 39: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
-	37, // 40: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
+	38, // 40: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
 	15, // 41: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	34, // 42: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
+	43, // [43:43] is the sub-list for method output_type
+	43, // [43:43] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_ctxd_proto_init() }
@@ -3142,7 +3381,7 @@ func file_ctxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxd_proto_rawDesc), len(file_ctxd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

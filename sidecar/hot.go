@@ -1,0 +1,558 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+	"github.com/ctxd/ctxd/shm"
+)
+
+// Hot-set mode: a session's stream of tokens (its tape) may be far longer
+// than the engine holds. The stream is cut into blocks — the first
+// SinkTokens tokens, then BlockTokens each — and every sealed block's KV is
+// parked in the host-RAM arena. The engine holds a bounded hot set laid out
+// [sinks][pinned][retrieved][recent][new tokens] at positions that stay
+// below the trained window. While a long prompt streams in, the least
+// useful hot blocks are evicted and the rest shifted down; at each turn the
+// parked blocks are scored against the new tokens and the best are brought
+// back in bulk (policy.PlanHotSet decides, this file carries it out).
+//
+// Invariants (checked by checkHot in tests):
+//   - hot blocks and the open tail occupy disjoint position ranges that
+//     tile [0, physEnd) exactly, physEnd ≤ limit;
+//   - the tail holds tape[tailV:], at positions [tailP, physEnd);
+//   - blocks partition tape[:tailV] in order.
+
+// hotBlock is one sealed block of a session's stream.
+type hotBlock struct {
+	id        uint64
+	seq       int
+	vstart, n int // tape range
+	class     policy.CacheClass
+	kind      policy.SegmentKind
+	segID     string
+	pinned    bool
+	chain     shm.Hash
+	hot       bool
+	pstart    int  // position when hot
+	pos0      int  // position its KV was extracted at
+	stored    bool // its KV is in the arena
+	lastUsed  int64
+	score     float64
+	reason    string
+	retrieved bool
+}
+
+// hotState is a session's hot-set bookkeeping.
+type hotState struct {
+	blocks     []*hotBlock
+	tailV      int // tape index where the open tail starts
+	tailP      int // its position in the engine
+	index      *policy.BM25Index
+	turn       int64
+	plan       *policy.HotSetPlan
+	evictions  int64
+	admissions int64
+	diag       []string
+}
+
+const tailID = math.MaxUint64
+
+// hotConfig is the resolved hot-set configuration of the loaded model.
+type hotConfig struct {
+	budget, window, limit int
+	block, sinks, recent  int
+	reserve               int // room kept after a turn's new tokens for decoding
+	retrieval             bool
+	maxRetrieved          int
+}
+
+func newHotState() *hotState {
+	idx, _ := policy.NewBM25Index(policy.DefaultBM25Options())
+	return &hotState{index: idx}
+}
+
+func (h *hotState) physEnd(sess *session) int { return h.tailP + len(sess.tape) - h.tailV }
+
+// nextSeal is the tape length at which the open tail becomes a block.
+func (srv *Server) nextSeal(h *hotState) int {
+	hc := srv.slot.hot
+	if h.tailV < hc.sinks {
+		return hc.sinks
+	}
+	return h.tailV + hc.block
+}
+
+// hotAppend decodes toks after the tape, evicting hot blocks first whenever
+// the next chunk would pass the limit, and seals blocks as they fill.
+func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.Token) error {
+	h, hc, ectx := sess.hot, srv.slot.hot, srv.slot.ectx
+	batch := ectx.Options().BatchTokens
+	for len(toks) > 0 {
+		end := h.physEnd(sess)
+		room := hc.limit - end
+		if room <= 0 {
+			if err := srv.evictOne(sess); err != nil {
+				return err
+			}
+			continue
+		}
+		n := min(len(toks), room, batch, srv.nextSeal(h)-len(sess.tape))
+		if err := ectx.Decode(ctx, toks[:n], end); err != nil {
+			sess.logitsAt = -1
+			return engineErr(err)
+		}
+		sess.tape = append(sess.tape, toks[:n]...)
+		sess.logitsAt = len(sess.tape)
+		toks = toks[n:]
+		if len(sess.tape) == srv.nextSeal(h) {
+			srv.seal(sess)
+		}
+	}
+	return nil
+}
+
+// seal turns the open tail into a block: its KV is copied to the arena
+// (when the arena has room) and its tokens indexed for retrieval.
+func (srv *Server) seal(sess *session) {
+	h := sess.hot
+	n := len(sess.tape) - h.tailV
+	var prev shm.Hash
+	if k := len(h.blocks); k > 0 {
+		prev = h.blocks[k-1].chain
+	}
+	toks := sess.tape[h.tailV:]
+	b := &hotBlock{
+		id: srv.newBlockID(), seq: len(h.blocks), vstart: h.tailV, n: n,
+		chain: shm.ChainHash(prev, toks), hot: true, pstart: h.tailP, pos0: h.tailP, lastUsed: h.turn,
+	}
+	b.class, b.kind, b.segID, b.pinned = blockClass(sess.spans, b.vstart, b.vstart+n)
+	if r, err := srv.slot.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
+		b.stored = srv.arenaPut(sess, b, toks, r.Blob)
+	} else {
+		h.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
+	}
+	h.index.Add(b.id, toks)
+	h.blocks = append(h.blocks, b)
+	h.tailV += n
+	h.tailP += n
+}
+
+// blockClass takes the most protective class among the spans a block
+// overlaps; a block touching a Pinned segment is pinned.
+func blockClass(spans []span, v0, v1 int) (policy.CacheClass, policy.SegmentKind, string, bool) {
+	class, kind, id, pinned := policy.ClassVolatile, policy.KindTerminal, "", false
+	best := -1
+	for _, sp := range spans {
+		if sp.end <= v0 || sp.start >= v1 {
+			continue
+		}
+		c := sp.seg.EffectiveClass()
+		if r := c.EvictionRank(); r > best {
+			best, class, kind, id = r, c, sp.seg.Kind, sp.seg.ID
+		}
+		if sp.seg.Kind == policy.KindPinned {
+			pinned = true
+		}
+	}
+	return class, kind, id, pinned
+}
+
+// arenaPut parks a block's KV, making room by dropping the most evictable
+// parked blocks of the session when the arena is full.
+func (srv *Server) arenaPut(sess *session, b *hotBlock, toks []engine.Token, kv []byte) bool {
+	a := srv.slot.arena
+	if a == nil {
+		return false
+	}
+	blk := shm.Block{ID: b.id, Session: sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
+		SegID: truncate(b.segID, shm.MaxSegIDLen), Pos: int32(b.pos0), Tokens: toks, KV: kv}
+	for {
+		err := a.Put(blk)
+		if err == nil {
+			return true
+		}
+		if !errors.Is(err, shm.ErrArenaFull) {
+			sess.hot.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
+			return false
+		}
+		victim := srv.arenaVictim(sess)
+		if victim == nil {
+			sess.hot.note(fmt.Sprintf("arena full: block %d kept only while hot", b.id))
+			return false
+		}
+		a.Delete(victim.id)
+		victim.stored = false
+		sess.hot.note(fmt.Sprintf("arena full: dropped parked block %d (tokens %d..%d, %s)", victim.id, victim.vstart, victim.vstart+victim.n, victim.class))
+	}
+}
+
+// arenaVictim is the session's most evictable parked block with KV.
+func (srv *Server) arenaVictim(sess *session) *hotBlock {
+	var cands []policy.HotBlock
+	byID := map[uint64]*hotBlock{}
+	for _, b := range sess.hot.blocks {
+		if b.stored && !b.hot {
+			cands = append(cands, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score, LastUsed: b.lastUsed})
+			byID[b.id] = b
+		}
+	}
+	if order := policy.EvictionOrder(cands); len(order) > 0 {
+		return byID[order[0]]
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}
+
+func (h *hotState) note(s string) {
+	h.diag = append(h.diag, s)
+	if len(h.diag) > 32 {
+		h.diag = h.diag[len(h.diag)-32:]
+	}
+}
+
+// planBlocks describes the session's blocks (and its open tail) to the
+// planner.
+func (srv *Server) planBlocks(sess *session, unpin bool) []policy.HotBlock {
+	h := sess.hot
+	out := make([]policy.HotBlock, 0, len(h.blocks)+1)
+	for _, b := range h.blocks {
+		if !b.hot && !b.stored {
+			continue // its KV is gone: it can never come back
+		}
+		out = append(out, policy.HotBlock{
+			ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score,
+			LastUsed: b.lastUsed, Hot: b.hot, Pinned: b.pinned && !unpin, Sink: b.vstart == 0 && srv.slot.hot.sinks > 0,
+		})
+	}
+	if n := len(sess.tape) - h.tailV; n > 0 {
+		out = append(out, policy.HotBlock{ID: tailID, Tokens: n, Class: policy.ClassVolatile, Kind: policy.KindTerminal,
+			Seq: len(h.blocks), LastUsed: h.turn, Hot: true, Recent: true, Sink: h.tailV == 0 && srv.slot.hot.sinks > 0})
+	}
+	return out
+}
+
+// evictOne parks the most evictable hot block that is not protected and
+// closes the hole it leaves.
+func (srv *Server) evictOne(sess *session) error {
+	h, hc := sess.hot, srv.slot.hot
+	var cands []policy.HotBlock
+	byID := map[uint64]*hotBlock{}
+	recentFrom := len(sess.tape) - hc.recent
+	for _, b := range h.blocks {
+		protected := (b.vstart == 0 && hc.sinks > 0) || b.pinned || b.vstart+b.n > recentFrom
+		if b.hot && !protected {
+			cands = append(cands, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score, LastUsed: b.lastUsed, Hot: true})
+			byID[b.id] = b
+		}
+	}
+	order := policy.EvictionOrder(cands)
+	if len(order) == 0 {
+		// Pinned blocks fill the budget: unpin the oldest, with a diagnostic.
+		for _, b := range h.blocks {
+			if b.hot && b.pinned && b.vstart+b.n <= recentFrom {
+				b.pinned = false
+				h.note(fmt.Sprintf("pinned segments exceed the hot budget %d: block %d (%s) unpinned", hc.limit, b.id, b.segID))
+				return srv.evictOne(sess)
+			}
+		}
+		return fmt.Errorf("%w: the hot budget of %d tokens holds only protected tokens (sinks %d, recent window %d, tail %d)",
+			protocol.ErrResourceExhausted, hc.limit, hc.sinks, hc.recent, len(sess.tape)-h.tailV)
+	}
+	b := byID[order[0]]
+	if _, err := srv.slot.ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
+		return engineErr(err)
+	}
+	b.hot, b.retrieved = false, false
+	h.evictions++
+	return srv.compact(sess)
+}
+
+// compact shifts hot ranges down so they tile [0, physEnd) again.
+func (srv *Server) compact(sess *session) error {
+	h := sess.hot
+	type rng struct {
+		b     *hotBlock // nil: the tail
+		start int
+		n     int
+	}
+	var rs []rng
+	for _, b := range h.blocks {
+		if b.hot {
+			rs = append(rs, rng{b, b.pstart, b.n})
+		}
+	}
+	if n := len(sess.tape) - h.tailV; n > 0 {
+		rs = append(rs, rng{nil, h.tailP, n})
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].start < rs[j].start })
+	next := 0
+	for _, r := range rs {
+		if r.start != next {
+			if err := srv.slot.ectx.Shift(r.start, r.start+r.n, next-r.start); err != nil {
+				return engineErr(err)
+			}
+			sess.logitsAt = -1
+		}
+		if r.b != nil {
+			r.b.pstart = next
+		} else {
+			h.tailP = next
+		}
+		next += r.n
+	}
+	if len(sess.tape)-h.tailV == 0 {
+		h.tailP = next
+	}
+	return nil
+}
+
+// hotTruncate keeps tape[:n] (rounded down to a block boundary when n falls
+// inside a sealed block) and returns the length kept.
+func (srv *Server) hotTruncate(sess *session, n int) (int, error) {
+	h, ectx := sess.hot, srv.slot.ectx
+	if n >= len(sess.tape) {
+		return len(sess.tape), nil
+	}
+	if n >= h.tailV {
+		p := h.tailP + (n - h.tailV)
+		if _, err := ectx.Remove(p, -1); err != nil {
+			return 0, engineErr(err)
+		}
+		sess.truncate(n)
+		return n, nil
+	}
+	k := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart+h.blocks[i].n > n })
+	keep := h.blocks[k].vstart
+	for _, b := range h.blocks[k:] {
+		if b.hot {
+			if _, err := ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
+				return 0, engineErr(err)
+			}
+		}
+		if b.stored && srv.slot.arena != nil {
+			srv.slot.arena.Delete(b.id)
+		}
+		h.index.Remove(b.id)
+	}
+	if len(sess.tape) > h.tailV {
+		if _, err := ectx.Remove(h.tailP, h.tailP+len(sess.tape)-h.tailV); err != nil {
+			return 0, engineErr(err)
+		}
+	}
+	h.blocks = h.blocks[:k]
+	h.tailV = keep
+	sess.truncate(keep)
+	if err := srv.compact(sess); err != nil {
+		return 0, err
+	}
+	return keep, nil
+}
+
+// hotSync is sync for hot-set mode: keep the common prefix, then stream
+// the rest in; with retrieve, parked blocks relevant to the new tokens are
+// brought back first (once per turn, in bulk).
+func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, needLogits, keepTail, retrieve bool) (syncResult, error) {
+	r := syncResult{promptTokens: len(target.tokens)}
+	limit := srv.slot.sessionTokens()
+	if len(target.tokens) > limit {
+		return r, protocol.OverflowError{PromptTokens: int64(len(target.tokens)), ContextTokens: int64(limit)}
+	}
+	lcp := commonPrefix(sess.tape, target.tokens)
+	r.reusable = lcp
+	if lcp == len(target.tokens) && keepTail && !needLogits {
+		r.reused = lcp
+		return r, nil
+	}
+	keep := lcp
+	if needLogits && keep == len(target.tokens) && keep > 0 && sess.logitsAt != keep {
+		keep--
+	}
+	before := len(sess.tape)
+	kept, err := srv.hotTruncate(sess, keep)
+	if err != nil {
+		return r, err
+	}
+	r.dropped = before - kept
+	r.reused = kept
+	sess.spans = target.spans
+	newToks := target.tokens[kept:]
+	if retrieve && len(newToks) > 0 {
+		sess.hot.turn++
+		if err := srv.retrieveFor(sess, newToks); err != nil {
+			return r, err
+		}
+	}
+	if err := srv.hotAppend(ctx, sess, newToks); err != nil {
+		sess.spans = clipSpans(target.spans, len(sess.tape))
+		r.prefilled = len(sess.tape) - kept
+		return r, err
+	}
+	r.prefilled = len(newToks)
+	return r, nil
+}
+
+// retrieveFor scores the parked blocks against the new tokens and the
+// recent window, plans the hot set and moves blocks accordingly.
+func (srv *Server) retrieveFor(sess *session, newToks []engine.Token) error {
+	h, hc := sess.hot, srv.slot.hot
+	if len(h.blocks) == 0 {
+		return nil
+	}
+	suffix := min(len(newToks)+hc.reserve, hc.limit/2)
+	for _, b := range h.blocks {
+		b.score, b.reason = 0, ""
+	}
+	if hc.retrieval {
+		recent := sess.tape[max(0, len(sess.tape)-hc.recent):]
+		query := append(append([]engine.Token(nil), newToks...), recent...)
+		for _, s := range h.index.Score(query) {
+			if b := h.find(s.ID); b != nil {
+				b.score = s.Score
+			}
+		}
+	}
+	in := policy.HotSetInput{
+		HotBudget: hc.limit, SinkTokens: hc.sinks, RecentTokens: hc.recent, SuffixTokens: suffix,
+		TrainedWindow: hc.window, MaxRetrieved: hc.maxRetrieved, MinScore: math.SmallestNonzeroFloat64,
+	}
+	if !hc.retrieval {
+		in.MinScore = math.Inf(1) // nothing is retrieved
+	}
+	in.Blocks = srv.planBlocks(sess, false)
+	plan, err := policy.PlanHotSet(in)
+	if errors.Is(err, policy.ErrHotBudget) {
+		h.note(fmt.Sprintf("pinned segments do not fit the hot budget (%v): planning without pins", err))
+		in.Blocks = srv.planBlocks(sess, true)
+		plan, err = policy.PlanHotSet(in)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
+	}
+	if err := srv.applyPlan(sess, plan); err != nil {
+		return err
+	}
+	h.plan = &plan
+	return nil
+}
+
+func (h *hotState) find(id uint64) *hotBlock {
+	for _, b := range h.blocks {
+		if b.id == id {
+			return b
+		}
+	}
+	return nil
+}
+
+// tempBase is where kept ranges wait while the layout is rebuilt; far
+// above any real position, and never decoded at.
+const tempBase = 1 << 24
+
+// applyPlan evicts, moves and admits blocks so the engine holds exactly
+// the plan's layout.
+func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
+	h, ectx := sess.hot, srv.slot.ectx
+	sess.logitsAt = -1
+	for _, id := range plan.Evict {
+		b := h.find(id)
+		if b == nil || !b.hot {
+			continue
+		}
+		if _, err := ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
+			return engineErr(err)
+		}
+		b.hot, b.retrieved = false, false
+		h.evictions++
+	}
+	type move struct {
+		b        *hotBlock
+		from, to int
+		n        int
+		admit    bool
+		role     policy.HotRole
+		reason   string
+	}
+	var moves []move
+	for _, e := range plan.Layout {
+		if e.ID == tailID {
+			moves = append(moves, move{from: h.tailP, to: e.Start, n: e.Tokens})
+			continue
+		}
+		b := h.find(e.ID)
+		if b == nil {
+			return fmt.Errorf("%w: plan names unknown block %d", protocol.ErrInternal, e.ID)
+		}
+		moves = append(moves, move{b: b, from: b.pstart, to: e.Start, n: b.n, admit: !b.hot, role: e.Role, reason: e.Reason})
+	}
+	// Park kept ranges far up, bring admitted blocks in, then settle.
+	for _, m := range moves {
+		if !m.admit && m.from != tempBase+m.to {
+			if err := ectx.Shift(m.from, m.from+m.n, tempBase+m.to-m.from); err != nil {
+				return engineErr(err)
+			}
+		}
+	}
+	var kv []byte
+	for _, m := range moves {
+		if !m.admit {
+			continue
+		}
+		var err error
+		if kv, err = srv.slot.arena.ReadKV(m.b.id, kv[:0]); err != nil {
+			m.b.stored = false
+			h.note(fmt.Sprintf("block %d unreadable from the arena: %v", m.b.id, err))
+			continue
+		}
+		if err := ectx.InsertRange(engine.Range{Pos0: m.b.pos0, Count: m.b.n, Blob: kv}, m.to); err != nil {
+			return engineErr(err)
+		}
+		m.b.hot = true
+		m.b.pstart = m.to
+		h.admissions++
+	}
+	for _, m := range moves {
+		if m.admit {
+			continue
+		}
+		if err := ectx.Shift(tempBase+m.to, tempBase+m.to+m.n, -tempBase); err != nil {
+			return engineErr(err)
+		}
+		if m.b != nil {
+			m.b.pstart = m.to
+		} else {
+			h.tailP = m.to
+		}
+	}
+	for _, m := range moves {
+		if m.b != nil {
+			m.b.retrieved = m.role == policy.RoleRetrieved
+			m.b.reason = m.reason
+			if m.b.retrieved {
+				m.b.lastUsed = h.turn
+			}
+		}
+	}
+	if len(sess.tape) == h.tailV {
+		h.tailP = plan.SuffixStart
+	}
+	// A block the arena could not return leaves a hole: close it.
+	return srv.compact(sess)
+}
+
+func (srv *Server) newBlockID() uint64 {
+	srv.slot.nextBlock++
+	return srv.slot.nextBlock
+}

@@ -1,0 +1,208 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"math/rand"
+	"sort"
+	"testing"
+
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/testmodel"
+	"github.com/ctxd/ctxd/policy"
+)
+
+// checkHot verifies the hot-set invariants of every session of srv.
+func checkHot(t *testing.T, srv *Server) {
+	t.Helper()
+	if err := srv.slot.acquire(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.slot.release()
+	sess := srv.slot.resident
+	if sess == nil || sess.hot == nil {
+		return
+	}
+	h := sess.hot
+	type r struct{ start, n int }
+	var rs []r
+	v := 0
+	for _, b := range h.blocks {
+		if b.vstart != v {
+			t.Fatalf("block %d starts at %d, want %d", b.id, b.vstart, v)
+		}
+		v += b.n
+		if b.hot {
+			rs = append(rs, r{b.pstart, b.n})
+		}
+	}
+	if v != h.tailV {
+		t.Fatalf("blocks cover %d tokens, tail starts at %d", v, h.tailV)
+	}
+	if n := len(sess.tape) - h.tailV; n > 0 {
+		rs = append(rs, r{h.tailP, n})
+	}
+	sort.Slice(rs, func(i, j int) bool { return rs[i].start < rs[j].start })
+	next := 0
+	for _, x := range rs {
+		if x.start != next {
+			t.Fatalf("hot ranges do not tile: range at %d, expected %d (%v)", x.start, next, rs)
+		}
+		next += x.n
+	}
+	if next != h.physEnd(sess) || next > srv.slot.hot.limit {
+		t.Fatalf("physEnd %d, tiles %d, limit %d", h.physEnd(sess), next, srv.slot.hot.limit)
+	}
+	if used := srv.slot.ectx.Used(); used != next {
+		t.Fatalf("engine holds %d tokens, hot set %d", used, next)
+	}
+}
+
+func needleServer(t *testing.T, cfg Config) *testServer {
+	cfg.ModelPath = testmodel.Needle(t)
+	cfg.HotTokens = 256
+	cfg.ContextTokens = 256
+	cfg.ArenaBytes = 256 << 20
+	return startServer(t, cfg)
+}
+
+// haystack is [40 random][needle 24][far random] (BOS is added by ctxd).
+func haystack(rng *rand.Rand, far int) (hay, needle []int32) {
+	needle = make([]int32, 24)
+	for i := range needle {
+		needle[i] = int32(3 + rng.Intn(509))
+	}
+	for i := 0; i < 40; i++ {
+		hay = append(hay, int32(3+rng.Intn(509)))
+	}
+	hay = append(hay, needle...)
+	for i := 0; i < far; i++ {
+		hay = append(hay, int32(3+rng.Intn(509)))
+	}
+	return hay, needle
+}
+
+// recall runs one needle trial through the normal session path and
+// returns top-1 accuracy over the 20 teacher-forced tokens.
+func recall(t *testing.T, c *client.Client, hay, needle []int32) (float64, *client.Session) {
+	t.Helper()
+	ctx := context.Background()
+	s := openSession(t, c)
+	m := policy.Manifest{Segments: []policy.Segment{{ID: "hay", Kind: policy.KindTerminal, Tokens: hay, Stable: true}}}
+	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "query", Kind: policy.KindUserTurn, Tokens: needle[:4]}); err != nil {
+		t.Fatal(err)
+	}
+	hits := 0
+	_, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 20, Forced: needle[4:]}, func(tok client.Token) error {
+		if tok.Predicted == tok.ID {
+			hits++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return float64(hits) / 20, s
+}
+
+func TestHotSetStreamsBeyondTheWindow(t *testing.T) {
+	ts := needleServer(t, Config{})
+	c := dial(t, ts)
+	rng := rand.New(rand.NewSource(1))
+	hay, _ := haystack(rng, 3000)
+	s := openSession(t, c)
+	ctx := context.Background()
+	m := policy.Manifest{Segments: []policy.Segment{{ID: "hay", Kind: policy.KindTerminal, Tokens: hay, Stable: true}}}
+	r, err := s.EnsurePrefix(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.PrefilledTokens != len(hay)+1 {
+		t.Fatalf("prefilled %d of %d", r.PrefilledTokens, len(hay)+1)
+	}
+	checkHot(t, ts.srv)
+	ex, err := s.Explain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.HotTokens > 256 || ex.ParkedTokens < 2500 || ex.Evictions == 0 || ex.ResidentTokens != int64(len(hay)+1) {
+		t.Fatalf("explain: hot %d parked %d evictions %d resident %d", ex.HotTokens, ex.ParkedTokens, ex.Evictions, ex.ResidentTokens)
+	}
+	// An extension reuses everything and keeps the invariants.
+	m.Segments = append(m.Segments, policy.Segment{ID: "more", Kind: policy.KindTerminal, Tokens: hay[:300], Stable: true})
+	r, err = s.EnsurePrefix(ctx, m)
+	if err != nil || r.ReusedTokens != len(hay)+1 || r.PrefilledTokens != 300 {
+		t.Fatalf("extension: %+v %v", r, err)
+	}
+	checkHot(t, ts.srv)
+	// An edit far back truncates to a block boundary and re-streams.
+	edited := append([]int32(nil), hay...)
+	edited[1000] = (edited[1000] + 1) % 500
+	m.Segments[0].Tokens = edited
+	r, err = s.EnsurePrefix(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ReusableTokens != 1001 || r.ReusedTokens > 1001 || r.ReusedTokens < 1001-64 {
+		t.Fatalf("edit: %+v", r)
+	}
+	checkHot(t, ts.srv)
+	if _, err := s.PrefillSuffix(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 300}, nil); err != nil {
+		t.Fatal(err)
+	}
+	checkHot(t, ts.srv)
+}
+
+func TestNeedleRecallNeedsRetrieval(t *testing.T) {
+	const trials = 5
+	var with, without float64
+	for _, noRetrieval := range []bool{false, true} {
+		ts := needleServer(t, Config{NoRetrieval: noRetrieval})
+		c := dial(t, ts)
+		rng := rand.New(rand.NewSource(7))
+		hits := 0
+		sum := 0.0
+		for k := 0; k < trials; k++ {
+			hay, needle := haystack(rng, 1500)
+			acc, s := recall(t, c, hay, needle)
+			sum += acc
+			checkHot(t, ts.srv)
+			ex, err := s.Explain(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range ex.Retrieved {
+				if b.FirstToken <= 41 && 41+24 <= b.FirstToken+b.Tokens+1 {
+					hits++
+				}
+			}
+			s.Close(context.Background())
+		}
+		if noRetrieval {
+			without = sum / trials
+		} else {
+			with = sum / trials
+			if hits < trials-1 {
+				t.Errorf("needle block retrieved in %d of %d trials", hits, trials)
+			}
+		}
+	}
+	t.Logf("recall with retrieval %.3f, sinks+recent only %.3f", with, without)
+	if with < 0.8 || without > 0.3 {
+		t.Fatalf("recall with retrieval %.3f (want ≥ 0.8), without %.3f (want ≤ 0.3)", with, without)
+	}
+}
+
+func TestHotBudgetTooSmallRefused(t *testing.T) {
+	dir := t.TempDir()
+	_, err := New(Config{ModelPath: testmodel.Needle(t), HotTokens: 100, DataDir: dir, SocketPath: dir + "/s.sock"})
+	if !errors.Is(err, ErrConfig) {
+		t.Fatalf("err = %v", err)
+	}
+}
