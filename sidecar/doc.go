@@ -12,10 +12,13 @@
 //     session is open fails with ErrModelBusy.
 //   - One engine user at a time: every engine call runs under the slot's
 //     token, so sessions interleave only between calls.
-//   - A session's tape mirrors its KV exactly: token i of the tape sits at
-//     position i of sequence 0 whenever the session is resident, and every
-//     failure (bad input, cancellation, a vanished client) leaves the tape
-//     and the KV equal to each other.
+//   - A session's tape mirrors its KV exactly. Dense sessions: token i of
+//     the tape sits at position i of sequence 0 whenever the session is
+//     resident. Hot-set sessions (hot.go): the tape is cut into blocks, each
+//     either hot at a recorded position below the window or parked in the
+//     arena, and the hot ranges tile [0, end) of sequence 0. Every failure
+//     (bad input, cancellation, a vanished client) leaves the tape and the
+//     KV equal to each other.
 //   - Only peers with the server's uid (or a configured allow list) talk to
 //     it.
 package sidecar

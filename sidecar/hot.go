@@ -80,6 +80,17 @@ func newHotState() *hotState {
 
 func (h *hotState) physEnd(sess *session) int { return h.tailP + len(sess.tape) - h.tailV }
 
+// used counts the tokens in the engine (hot blocks and the tail).
+func (h *hotState) used(sess *session) int {
+	n := len(sess.tape) - h.tailV
+	for _, b := range h.blocks {
+		if b.hot {
+			n += b.n
+		}
+	}
+	return n
+}
+
 // nextSeal is the tape length at which the open tail becomes a block.
 func (srv *Server) nextSeal(h *hotState) int {
 	hc := srv.slot.hot
@@ -91,19 +102,32 @@ func (srv *Server) nextSeal(h *hotState) int {
 
 // hotAppend decodes toks after the tape, evicting hot blocks first whenever
 // the next chunk would pass the limit, and seals blocks as they fill.
+// Eviction frees room for a whole chunk at once (a quarter of the hot
+// budget), so prefill runs in large batches and positions are compacted
+// once per chunk, not once per block.
 func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.Token) error {
 	h, hc, ectx := sess.hot, srv.slot.hot, srv.slot.ectx
 	batch := ectx.Options().BatchTokens
+	chunk := max(hc.block, hc.limit/4)
 	for len(toks) > 0 {
-		end := h.physEnd(sess)
-		room := hc.limit - end
-		if room <= 0 {
+		want := min(len(toks), chunk)
+		evicted := false
+		for hc.limit-h.used(sess) < want {
 			if err := srv.evictOne(sess); err != nil {
+				if hc.limit-h.used(sess) > 0 {
+					break // protected blocks fill the rest: use what is free
+				}
 				return err
 			}
-			continue
+			evicted = true
 		}
-		n := min(len(toks), room, batch, srv.nextSeal(h)-len(sess.tape))
+		if evicted {
+			if err := srv.compact(sess); err != nil {
+				return err
+			}
+		}
+		end := h.physEnd(sess)
+		n := min(len(toks), hc.limit-end, batch)
 		if err := ectx.Decode(ctx, toks[:n], end); err != nil {
 			sess.logitsAt = -1
 			return engineErr(err)
@@ -111,7 +135,7 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 		sess.tape = append(sess.tape, toks[:n]...)
 		sess.logitsAt = len(sess.tape)
 		toks = toks[n:]
-		if len(sess.tape) == srv.nextSeal(h) {
+		for len(sess.tape) >= srv.nextSeal(h) {
 			srv.seal(sess)
 		}
 	}
@@ -122,12 +146,12 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 // (when the arena has room) and its tokens indexed for retrieval.
 func (srv *Server) seal(sess *session) {
 	h := sess.hot
-	n := len(sess.tape) - h.tailV
+	n := srv.nextSeal(h) - h.tailV
 	var prev shm.Hash
 	if k := len(h.blocks); k > 0 {
 		prev = h.blocks[k-1].chain
 	}
-	toks := sess.tape[h.tailV:]
+	toks := sess.tape[h.tailV : h.tailV+n]
 	b := &hotBlock{
 		id: srv.newBlockID(), seq: len(h.blocks), vstart: h.tailV, n: n,
 		chain: shm.ChainHash(prev, toks), hot: true, pstart: h.tailP, pos0: h.tailP, lastUsed: h.turn,
@@ -244,8 +268,8 @@ func (srv *Server) planBlocks(sess *session, unpin bool) []policy.HotBlock {
 	return out
 }
 
-// evictOne parks the most evictable hot block that is not protected and
-// closes the hole it leaves.
+// evictOne parks the most evictable hot block that is not protected; the
+// caller closes the hole with compact.
 func (srv *Server) evictOne(sess *session) error {
 	h, hc := sess.hot, srv.slot.hot
 	var cands []policy.HotBlock
@@ -277,7 +301,7 @@ func (srv *Server) evictOne(sess *session) error {
 	}
 	b.hot, b.retrieved = false, false
 	h.evictions++
-	return srv.compact(sess)
+	return nil
 }
 
 // compact shifts hot ranges down so they tile [0, physEnd) again.

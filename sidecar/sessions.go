@@ -60,14 +60,9 @@ func (srv *Server) compatKey(template string) string {
 // withSession finds the caller's session, marks it busy, takes the engine
 // token and makes the session resident, then runs f.
 func (srv *Server) withSession(ctx context.Context, connID, id uint64, f func(*session) error) error {
-	srv.mu.Lock()
-	sess, ok := srv.sessions[id]
-	srv.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: session %d", protocol.ErrNotFound, id)
-	}
-	if connID != 0 && sess.connID != connID {
-		return fmt.Errorf("%w: session %d belongs to another connection", protocol.ErrPermissionDenied, id)
+	sess, err := srv.ownedSession(connID, id)
+	if err != nil {
+		return err
 	}
 	if !sess.busy.TryLock() {
 		return fmt.Errorf("%w: session %d has a call in flight", protocol.ErrSessionBusy, id)
@@ -345,15 +340,25 @@ func (o *textOut) final() string {
 	return o.text.String()
 }
 
-func (srv *Server) closeSession(ctx context.Context, connID, id uint64) error {
+// ownedSession finds session id for the connection connID (0: in-process
+// callers, which may use any session).
+func (srv *Server) ownedSession(connID, id uint64) (*session, error) {
 	srv.mu.Lock()
 	sess, ok := srv.sessions[id]
 	srv.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%w: session %d", protocol.ErrNotFound, id)
+		return nil, fmt.Errorf("%w: session %d", protocol.ErrNotFound, id)
 	}
 	if connID != 0 && sess.connID != connID {
-		return fmt.Errorf("%w: session %d belongs to another connection", protocol.ErrPermissionDenied, id)
+		return nil, fmt.Errorf("%w: session %d belongs to another connection", protocol.ErrPermissionDenied, id)
+	}
+	return sess, nil
+}
+
+func (srv *Server) closeSession(ctx context.Context, connID, id uint64) error {
+	sess, err := srv.ownedSession(connID, id)
+	if err != nil {
+		return err
 	}
 	return srv.dropSession(ctx, sess)
 }

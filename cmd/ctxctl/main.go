@@ -32,6 +32,8 @@ commands:
   unload                         unload the model
   replay --trace FILE.traj       replay a SWE-agent trajectory turn by turn
   bench replay|socket            benchmarks (ratios measured in one run)
+  eval recall                    needle recall beyond the trained window (needle.gguf)
+  eval scale [--tokens 200000]   build a long session by streaming, time turns on it
 
 Commands that talk to a daemon use --socket (default $XDG_RUNTIME_DIR/ctxd/ctxd.sock).
 replay and bench also take --model FILE: then ctxctl starts a private daemon
@@ -73,6 +75,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"unload":   cmdUnload,
 		"replay":   cmdReplay,
 		"bench":    cmdBench,
+		"eval":     cmdEval,
 	}
 	if rest[0] == "help" || rest[0] == "-h" || rest[0] == "--help" {
 		fmt.Fprint(stdout, usage)

@@ -44,6 +44,13 @@ func run(args []string) int {
 	fs.IntVar(&cfg.BatchTokens, "batch", 512, "prefill batch size in tokens")
 	fs.IntVar(&cfg.Threads, "threads", 0, "CPU threads (0: all)")
 	fs.StringVar(&allowUIDs, "allow-uids", "", "comma-separated uids allowed besides our own")
+	fs.IntVar(&cfg.HotTokens, "hot", 0, "hot-set budget in tokens: sessions grow beyond it, parked in host RAM (0: dense, sessions limited to --ctx)")
+	fs.IntVar(&cfg.Window, "window", 0, "with --hot: positions stay below this (0: the model's trained context)")
+	fs.IntVar(&cfg.BlockTokens, "block", 64, "with --hot: block size in tokens")
+	fs.IntVar(&cfg.SinkTokens, "sinks", 4, "with --hot: attention-sink tokens kept hot")
+	fs.IntVar(&cfg.RecentTokens, "recent", 0, "with --hot: recent-window tokens kept hot (0: a quarter of --hot)")
+	fs.BoolVar(&cfg.NoRetrieval, "no-retrieval", false, "with --hot: keep only sinks, pinned and recent tokens (baseline)")
+	fs.Int64Var(&cfg.ArenaBytes, "arena-bytes", 0, "with --hot: host-RAM arena budget (0: a quarter of available RAM)")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&showVer, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
