@@ -96,3 +96,34 @@ func TestUsageAndUnreachableDaemon(t *testing.T) {
 		t.Fatalf("no daemon: %d %s", code, errs)
 	}
 }
+
+func TestEvalRecallAndScale(t *testing.T) {
+	code, out, errs := ctl(t, "eval", "recall", "--model", testmodel.Needle(t), "--distance-windows", "4", "--trials", "3", "--dense=false", "--json")
+	if code != 0 {
+		t.Fatalf("eval recall: %d %s", code, errs)
+	}
+	var rec struct {
+		Baseline    float64 `json:"baseline_acc"`
+		SinksRecent float64 `json:"sinks_recent_acc"`
+		Retrieval   float64 `json:"retrieval_acc"`
+		HitRate     float64 `json:"retrieval_hit_rate"`
+	}
+	if err := json.Unmarshal([]byte(out), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Baseline < 0.9 || rec.Retrieval < 0.9*rec.Baseline || rec.SinksRecent > 0.3 || rec.HitRate < 1 {
+		t.Fatalf("recall: %s", out)
+	}
+	code, out, errs = ctl(t, "eval", "scale", "--model", testmodel.Stories(t), "--traces", testmodel.Traces(t), "--tokens", "3000", "--turns", "1", "--json")
+	if code != 0 {
+		t.Fatalf("eval scale: %d %s", code, errs)
+	}
+	var sc struct {
+		Build     float64 `json:"cold_build_s"`
+		Turn      float64 `json:"turn_ms_200k"`
+		Evictions int64   `json:"evictions"`
+	}
+	if err := json.Unmarshal([]byte(out), &sc); err != nil || sc.Build <= 0 || sc.Turn <= 0 || sc.Evictions == 0 {
+		t.Fatalf("scale: %s %v", out, err)
+	}
+}
