@@ -47,6 +47,10 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "memory\t%s: %.1f GiB usable, weights %.1f MiB, overhead %.1f MiB\n", cp.GetMemoryKind(),
 			float64(cp.GetUsableBytes())/(1<<30), float64(cp.GetWeightsBytes())/(1<<20), float64(cp.GetOverheadBytes())/(1<<20))
 	}
+	if cp := st.GetCapacity(); cp.GetHotTokens() > 0 {
+		fmt.Fprintf(w, "hot set\t%d tokens below window %d; arena %.1f MiB = %d tokens; sessions up to %d tokens\n",
+			cp.GetHotTokens(), cp.GetWindowTokens(), float64(cp.GetArenaBytes())/(1<<20), cp.GetArenaTokens(), cp.GetSessionTokens())
+	}
 	fmt.Fprintf(w, "engine\t%s\n", st.GetSystemInfo())
 	return w.Flush()
 }
@@ -74,6 +78,17 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 	if cp := ex.GetCapacity(); cp != nil {
 		fmt.Fprintf(e.stdout, "context %d tokens, %d bytes/token; %s\n", cp.GetContextTokens(), cp.GetKvBytesPerToken(), cp.GetReason())
 	}
+	if ex.GetHotTokens() > 0 || ex.GetParkedBlocks() > 0 {
+		fmt.Fprintf(e.stdout, "hot set: %d tokens hot, %d parked (%d blocks hot, %d parked, %d lost); protected %d, retrieved %d; %d evictions, %d admissions\n",
+			ex.GetHotTokens(), ex.GetParkedTokens(), ex.GetHotBlocks(), ex.GetParkedBlocks(), ex.GetLostBlocks(),
+			ex.GetProtectedTokens(), ex.GetRetrievedTokens(), ex.GetEvictions(), ex.GetAdmissions())
+		for _, b := range ex.GetRetrieved() {
+			fmt.Fprintf(e.stdout, "  retrieved block %d: tokens %d..%d, %s\n", b.GetBlockId(), b.GetFirstToken(), b.GetFirstToken()+b.GetTokens(), b.GetReason())
+		}
+		for _, d := range ex.GetDiagnostics() {
+			fmt.Fprintf(e.stdout, "  note: %s\n", d)
+		}
+	}
 	classes := make([]string, 0, len(ex.GetTokensByClass()))
 	for k := range ex.GetTokensByClass() {
 		classes = append(classes, k)
@@ -83,10 +98,10 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "  %-12s %d tokens\n", k, ex.GetTokensByClass()[k])
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "segment\tkind\tclass\tstable\tfirst\ttokens")
+	fmt.Fprintln(w, "segment\tkind\tclass\tstable\tfirst\ttokens\tin engine")
 	for _, s := range ex.GetSegments() {
 		kind := policy.SegmentKind(s.GetKind()).String()
-		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%d\t%d\n", s.GetId(), kind, policy.CacheClass(s.GetClass()).String(), s.GetStable(), s.GetFirstPosition(), s.GetTokens())
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%d\t%d\t%d\n", s.GetId(), kind, policy.CacheClass(s.GetClass()).String(), s.GetStable(), s.GetFirstPosition(), s.GetTokens(), s.GetResidentTokens())
 	}
 	return w.Flush()
 }
