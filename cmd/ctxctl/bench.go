@@ -6,18 +6,18 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"syscall"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/internal/replay"
 	"github.com/ctxd/ctxd/internal/trace"
 	"github.com/ctxd/ctxd/policy"
-	"github.com/ctxd/ctxd/sidecar"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar"
 )
 
 func cmdBench(ctx context.Context, e *env, args []string) error {
