@@ -32,6 +32,7 @@ type Config struct {
 	SinkTokens   int   // attention sinks; 0 = 4
 	RecentTokens int   // recent window; 0 = HotTokens/4
 	NoRetrieval  bool  // keep only sinks, pinned and recent (evaluation baseline)
+	NoSinks      bool  // no attention sinks: a plain sliding window (evaluation baseline)
 	MaxRetrieved int   // cap on retrieved blocks per turn; 0 = none
 	ArenaBytes   int64 // host-RAM arena budget; 0 = a quarter of available RAM
 	Logger       *slog.Logger

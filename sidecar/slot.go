@@ -268,8 +268,11 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 	if hc.block == 0 {
 		hc.block = 64
 	}
-	if hc.sinks == 0 {
+	if hc.sinks == 0 && !cfg.NoSinks {
 		hc.sinks = 4
+	}
+	if cfg.NoSinks {
+		hc.sinks = 0
 	}
 	if hc.recent == 0 {
 		hc.recent = hc.budget / 4

@@ -23,8 +23,10 @@ func cmdEval(ctx context.Context, e *env, args []string) error {
 		return evalRecall(ctx, e, args[1:])
 	case "scale":
 		return evalScale(ctx, e, args[1:])
+	case "ppl":
+		return evalPPL(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown evaluation %q (recall, scale)", args[0])}
+	return usageError{fmt.Errorf("unknown evaluation %q (recall, ppl, scale)", args[0])}
 }
 
 // recallResult is what eval recall reports.

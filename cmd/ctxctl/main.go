@@ -34,6 +34,7 @@ commands:
   bench replay|socket            benchmarks (ratios measured in one run)
   eval recall                    needle recall beyond the trained window (needle.gguf)
   eval scale [--tokens 200000]   build a long session by streaming, time turns on it
+  eval ppl [--tokens N] [--png F] perplexity vs position: dense, sliding, sinks+recent, ctxd
 
 Commands that talk to a daemon use --socket (default $XDG_RUNTIME_DIR/ctxd/ctxd.sock).
 replay and bench also take --model FILE: then ctxctl starts a private daemon

@@ -127,3 +127,30 @@ func TestEvalRecallAndScale(t *testing.T) {
 		t.Fatalf("scale: %s %v", out, err)
 	}
 }
+
+func TestEvalPPL(t *testing.T) {
+	png := filepath.Join(t.TempDir(), "ppl.png")
+	code, out, errs := ctl(t, "eval", "ppl", "--model", testmodel.Stories(t), "--traces", testmodel.Traces(t),
+		"--tokens", "1500", "--dense-max", "1000", "--png", png, "--json")
+	if code != 0 {
+		t.Fatalf("eval ppl: %d %s", code, errs)
+	}
+	var res struct {
+		Curves []struct {
+			Name     string  `json:"name"`
+			InWindow float64 `json:"ppl_in_window"`
+		} `json:"curves"`
+		Ratio float64 `json:"ctxd_last_over_in_window"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Curves) != 5 || res.Ratio <= 0 {
+		t.Fatalf("ppl: %s %v", out, err)
+	}
+	for _, c := range res.Curves {
+		if c.InWindow < 1 || c.InWindow > 512 {
+			t.Fatalf("%s: in-window perplexity %v", c.Name, c.InWindow)
+		}
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
+		t.Fatalf("plot: %v", err)
+	}
+}
