@@ -24,7 +24,7 @@ export CTXD_TRACES  := $(TRACES)
 
 BINARIES := bin/ctxd bin/ctxctl
 
-.PHONY: all build deps headers test test-short vet bench run generate install clean
+.PHONY: all build deps headers test test-short vet bench eval run generate install clean
 
 all: build
 
@@ -61,6 +61,12 @@ BENCH_CTX ?= 8192
 bench: build
 	./bin/ctxctl bench socket --model $(MODEL)
 	./bin/ctxctl bench replay --model $(MODEL) --traces $(TRACES) --ctx $(BENCH_CTX)
+
+# Evaluations beyond the window (README "Beyond the trained window").
+eval: build
+	./bin/ctxctl eval recall --model $(NEEDLE_MODEL)
+	./bin/ctxctl eval ppl --model $(MODEL) --traces $(TRACES) --png bin/ppl.png
+	./bin/ctxctl eval scale --model $(MODEL) --traces $(TRACES) --tokens 200000
 
 run: build
 	./bin/ctxd --model $(MODEL)

@@ -54,15 +54,20 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 	traces := fs.String("traces", envOr("CTXD_TRACES", "../shared/traces"), "text: SWE-agent trajectories")
 	png := fs.String("png", "ppl.png", "plot file (empty: none)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	kvName := fs.String("kv-type", "f16", "KV cache type of every setup")
 	if err := parse(fs, e, args); err != nil {
 		return err
+	}
+	kvType, err := policy.ParseKVType(*kvName)
+	if err != nil {
+		return usageError{err}
 	}
 	stream, err := corpus(*model, *traces, *tokens)
 	if err != nil {
 		return err
 	}
 	w := *window
-	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, Window: w, ArenaBytes: int64(*tokens+4*w) * 4096}
+	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, Window: w, ArenaBytes: int64(*tokens+4*w) * 4096, KVType: kvType}
 	sliding := hot
 	sliding.NoSinks, sliding.NoRetrieval = true, true
 	sinks := hot
@@ -72,7 +77,7 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 		cfg  sidecar.Config
 		n    int
 	}{
-		{"dense", sidecar.Config{ModelPath: *model, ContextTokens: min(*tokens, *denseMax) + 16}, min(*tokens, *denseMax)},
+		{"dense", sidecar.Config{ModelPath: *model, ContextTokens: min(*tokens, *denseMax) + 16, KVType: kvType}, min(*tokens, *denseMax)},
 		{"sliding window, no sinks", sliding, *tokens},
 		{"sinks + recent", sinks, *tokens},
 		{"ctxd", hot, *tokens},
