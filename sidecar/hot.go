@@ -541,7 +541,12 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 			continue
 		}
 		if err := ectx.InsertRange(engine.Range{Pos0: m.b.pos0, Count: m.b.n, Blob: kv}, m.to); err != nil {
-			return engineErr(err)
+			// Bytes the engine refuses are as good as lost; the layout
+			// closes over the hole below, so the KV stays consistent.
+			m.b.stored = false
+			srv.slot.arena.Delete(m.b.id)
+			h.note(fmt.Sprintf("block %d refused by the engine on admission: %v", m.b.id, err))
+			continue
 		}
 		m.b.hot = true
 		m.b.pstart = m.to

@@ -206,3 +206,30 @@ func TestHotBudgetTooSmallRefused(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestFullArenaDropsWithDiagnostic: an arena too small for the stream
+// drops its most evictable parked blocks, says so, and keeps serving.
+func TestFullArenaDropsWithDiagnostic(t *testing.T) {
+	ts := startServer(t, Config{ModelPath: testmodel.Needle(t), HotTokens: 256, ContextTokens: 256, ArenaBytes: 2 << 20})
+	c := dial(t, ts)
+	rng := rand.New(rand.NewSource(3))
+	// Within the session limit (hot + arena/KV bytes per token), but the
+	// arena's slabs hold fewer tokens than that estimate.
+	hay, needle := haystack(rng, 1450)
+	acc, s := recall(t, c, hay, needle)
+	checkHot(t, ts.srv)
+	ex, err := s.Explain(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := false
+	for _, d := range ex.Diagnostics {
+		if len(d) >= 10 && d[:10] == "arena full" {
+			full = true
+		}
+	}
+	if !full || ex.LostBlocks == 0 {
+		t.Fatalf("no arena-full diagnostic: lost %d, diagnostics %q", ex.LostBlocks, ex.Diagnostics)
+	}
+	t.Logf("recall with a 2 MiB arena: %.2f, %d blocks lost", acc, ex.LostBlocks)
+}
