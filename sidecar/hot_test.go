@@ -213,9 +213,11 @@ func TestFullArenaDropsWithDiagnostic(t *testing.T) {
 	ts := startServer(t, Config{ModelPath: testmodel.Needle(t), HotTokens: 256, ContextTokens: 256, ArenaBytes: 2 << 20})
 	c := dial(t, ts)
 	rng := rand.New(rand.NewSource(3))
-	// Within the session limit (hot + arena/KV bytes per token), but the
-	// arena's slabs hold fewer tokens than that estimate.
-	hay, needle := haystack(rng, 1450)
+	// Each session fits the session limit; together they overfill the
+	// arena they share.
+	hay, needle := haystack(rng, 900)
+	recall(t, c, hay, needle)
+	hay, needle = haystack(rng, 900)
 	acc, s := recall(t, c, hay, needle)
 	checkHot(t, ts.srv)
 	ex, err := s.Explain(context.Background())

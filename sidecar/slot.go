@@ -192,8 +192,17 @@ func (s *slot) sessionTokens() int {
 	if s.hot.budget == 0 {
 		return s.contextTokens()
 	}
-	kv := s.facts.KVBytesPerToken(s.kvType())
-	return s.hot.limit + int(policy.TokensForBytes(s.arenaBytes, max(kv, 1)))
+	kv := max(s.facts.KVBytesPerToken(s.kvType()), 1)
+	if s.arena == nil {
+		return s.hot.limit + int(policy.TokensForBytes(s.arenaBytes, kv))
+	}
+	// Count whole blocks the arena's slabs hold: a block of B tokens takes
+	// its header, tokens and KV bytes, rounded up to slabs.
+	st := s.arena.Stats()
+	b := int64(s.hot.block)
+	blockBytes := 256 + 4*b + (kv+kv/32)*b // header, tokens, KV (+3% state framing)
+	slabs := max((blockBytes+st.SlabBytes-1)/st.SlabBytes, 1)
+	return s.hot.limit + int(st.CapacitySlabs/slabs*b)
 }
 
 func (s *slot) kvType() policy.KVType { return s.kv }
