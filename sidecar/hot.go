@@ -71,6 +71,7 @@ type hotConfig struct {
 	reserve               int // room kept after a turn's new tokens for decoding
 	retrieval             bool
 	maxRetrieved          int
+	noShift               bool // the model cannot shift: hot set off, dense fallback
 }
 
 func newHotState() *hotState {

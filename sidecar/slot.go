@@ -105,6 +105,11 @@ func (s *slot) load(o loadOptions) (string, error) {
 		m.Close()
 		return "", err
 	}
+	if hc.noShift {
+		o.log("hot set off: llama.cpp reports this model cannot shift positions; serving dense attention within its window", "window", facts.TrainedContext)
+		capa.ContextTokens = min(capa.ContextTokens, int64(facts.TrainedContext))
+		hc = hotConfig{}
+	}
 	cells := int(capa.ContextTokens)
 	if hc.budget > 0 {
 		// The hot set, plus room for a block passing through the scratch
@@ -267,7 +272,9 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 		return hotConfig{}, nil
 	}
 	if !facts.CanShift {
-		return hotConfig{}, fmt.Errorf("%w: this model cannot shift positions (llama.cpp reports no shift support), so the hot set is off: run without --hot for dense attention within its window", protocol.ErrInvalidArgument)
+		// Without position shifts blocks cannot move: dense attention
+		// within the window is all that is left.
+		return hotConfig{noShift: true}, nil
 	}
 	hc := hotConfig{budget: cfg.HotTokens, window: cfg.Window, block: cfg.BlockTokens, sinks: cfg.SinkTokens,
 		recent: cfg.RecentTokens, retrieval: !cfg.NoRetrieval, maxRetrieved: cfg.MaxRetrieved}
