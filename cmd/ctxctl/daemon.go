@@ -8,6 +8,20 @@ import (
 	"github.com/ctxd/ctxd/sidecar"
 )
 
+// privateClient starts a private daemon with cfg and connects to it; done
+// closes both.
+func privateClient(ctx context.Context, cfg sidecar.Config) (c *client.Client, done func(), err error) {
+	p, err := sidecar.StartPrivate(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if c, err = client.Dial(ctx, p.Socket, client.Options{Name: "ctxctl"}); err != nil {
+		p.Stop()
+		return nil, nil, err
+	}
+	return c, func() { c.Close(); p.Stop() }, nil
+}
+
 func startPrivate(model string, ctxTokens int) (*sidecar.Private, error) {
 	return sidecar.StartPrivate(sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxctl-private"})
 }
@@ -21,14 +35,9 @@ func (e *env) connect(ctx context.Context, model string, ctxTokens int) (*client
 		}
 		return c, func() { c.Close() }, nil
 	}
-	p, err := startPrivate(model, ctxTokens)
+	c, done, err := privateClient(ctx, sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxctl-private"})
 	if err != nil {
 		return nil, nil, fmt.Errorf("private daemon: %w", err)
 	}
-	c, err := client.Dial(ctx, p.Socket, client.Options{Name: "ctxctl"})
-	if err != nil {
-		p.Stop()
-		return nil, nil, err
-	}
-	return c, func() { c.Close(); p.Stop() }, nil
+	return c, done, nil
 }

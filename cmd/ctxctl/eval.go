@@ -99,16 +99,11 @@ func evalRecall(ctx context.Context, e *env, args []string) error {
 	}
 	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, ArenaBytes: arena}
 	run := func(label string, cfg sidecar.Config, distance int) (acc, hit float64, err error) {
-		p, err := sidecar.StartPrivate(cfg)
+		c, done, err := privateClient(ctx, cfg)
 		if err != nil {
 			return 0, 0, err
 		}
-		defer p.Stop()
-		c, err := client.Dial(ctx, p.Socket)
-		if err != nil {
-			return 0, 0, err
-		}
-		defer c.Close()
+		defer done()
 		rng := rand.New(rand.NewSource(*seed))
 		for k := 0; k < *trials; k++ {
 			a, h, err := needleTrial(ctx, c, rng, filler, distance)

@@ -136,16 +136,11 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 // streamNLL feeds stream after BOS with teacher forcing and returns the
 // negative log-likelihood of every token.
 func streamNLL(ctx context.Context, cfg sidecar.Config, stream []int32) ([]float64, error) {
-	p, err := sidecar.StartPrivate(cfg)
+	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer p.Stop()
-	c, err := client.Dial(ctx, p.Socket)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
+	defer done()
 	s, err := c.OpenSession(ctx, "eval ppl")
 	if err != nil {
 		return nil, err
@@ -184,16 +179,11 @@ func logSoftmax(logits []float32, id int32) float64 {
 // scored in a fresh session from BOS, so no token ever sees a position past
 // the trained window. The first token of each window has no score (NaN).
 func windowedNLL(ctx context.Context, model string, stream []int32, w int) ([]float64, error) {
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: model, ContextTokens: w + 16})
+	c, done, err := privateClient(ctx, sidecar.Config{ModelPath: model, ContextTokens: w + 16})
 	if err != nil {
 		return nil, err
 	}
-	defer p.Stop()
-	c, err := client.Dial(ctx, p.Socket)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
+	defer done()
 	out := make([]float64, 0, len(stream))
 	for start := 0; start < len(stream); start += w - 1 {
 		chunk := stream[start:min(start+w-1, len(stream))]

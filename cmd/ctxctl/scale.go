@@ -51,16 +51,11 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	cfg := sidecar.Config{ModelPath: *model, ContextTokens: *window, HotTokens: *window, Window: *window, ArenaBytes: int64(*tokens+8192) * 2048}
-	p, err := sidecar.StartPrivate(cfg)
+	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer p.Stop()
-	c, err := client.Dial(ctx, p.Socket)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
+	defer done()
 	res := scaleResult{Model: *model, Tokens: *tokens, Hot: *window, Window: *window, Turns: *turns}
 	progress := func(f string, a ...any) {
 		if !*asJSON {
