@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"sort"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/ctxd/ctxd/client"
@@ -188,12 +187,4 @@ func cmdUnload(ctx context.Context, e *env, args []string) error {
 	}
 	defer c.Close()
 	return c.UnloadModel(ctx)
-}
-
-func joinInts(v []int32) string {
-	s := make([]string, len(v))
-	for i, x := range v {
-		s[i] = fmt.Sprint(x)
-	}
-	return strings.Join(s, " ")
 }
