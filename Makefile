@@ -22,7 +22,7 @@ export CTXD_MODEL   := $(MODEL)
 export CTXD_NEEDLE_MODEL := $(NEEDLE_MODEL)
 export CTXD_TRACES  := $(TRACES)
 
-BINARIES := bin/ctxd bin/ctxctl
+BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace
 
 .PHONY: all build deps headers test test-short vet bench eval run generate install clean
 
@@ -71,9 +71,27 @@ eval: build
 run: build
 	./bin/ctxd --model $(MODEL)
 
+# generate rebuilds the committed generated code: ctxtrace's eBPF object and
+# its Go bindings (bpf2go; needs clang-14 and llvm-strip-14:
+# apt-get install clang-14 llvm-14) and the protobuf messages (protoc and
+# protoc-gen-go). A normal build needs neither.
+generate:
+	$(GO) generate ./tools/ctxtrace ./protocol/ctxdpb
+
+# install puts the binaries in $(PREFIX)/bin and the systemd user units in
+# $(UNITDIR), with ExecStart pointing at the installed ctxd. HOME, PREFIX and
+# UNITDIR may be overridden (e.g. a scratch home for tests); INSTALL_BINARIES
+# names what is copied (default: the built binaries, ctxtrace when built).
+UNITDIR     ?= $(HOME)/.config/systemd/user
+INSTALL_BINARIES ?= $(BINARIES) $(wildcard bin/ctxtrace)
 install: build
-	install -d $(PREFIX)/bin
-	install -m 0755 $(BINARIES) $(PREFIX)/bin/
+	install -d "$(PREFIX)/bin" "$(UNITDIR)"
+	install -m 0755 $(INSTALL_BINARIES) "$(PREFIX)/bin/"
+	sed 's|^ExecStart=.*|ExecStart="$(subst %,%%,$(abspath $(PREFIX)))/bin/ctxd"|' deploy/systemd/ctxd.service > "$(UNITDIR)/.ctxd.service.tmp"
+	install -m 0644 "$(UNITDIR)/.ctxd.service.tmp" "$(UNITDIR)/ctxd.service"
+	rm -f "$(UNITDIR)/.ctxd.service.tmp"
+	install -m 0644 deploy/systemd/ctxd.socket "$(UNITDIR)/ctxd.socket"
+	@echo "installed; now: systemctl --user daemon-reload && systemctl --user enable --now ctxd.socket"
 
 clean:
 	rm -rf bin .build

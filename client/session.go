@@ -41,6 +41,10 @@ type PrefixResult struct {
 	PrefilledTokens int // computed
 	DroppedTokens   int // removed from the KV
 	Elapsed         time.Duration
+	// ResumedSnapshot names the snapshot an empty session resumed from
+	// (cross-session resume); ResumedTokens came back without prefill.
+	ResumedSnapshot string
+	ResumedTokens   int
 }
 
 func prefixResult(r *pb.PrefixReply) PrefixResult {
@@ -48,6 +52,7 @@ func prefixResult(r *pb.PrefixReply) PrefixResult {
 		PromptTokens: int(r.GetPromptTokens()), ReusableTokens: int(r.GetReusableTokens()),
 		ReusedTokens: int(r.GetReusedTokens()), PrefilledTokens: int(r.GetPrefilledTokens()),
 		DroppedTokens: int(r.GetDroppedTokens()), Elapsed: time.Duration(r.GetElapsedUs()) * time.Microsecond,
+		ResumedSnapshot: r.GetResumedSnapshot(), ResumedTokens: int(r.GetResumedTokens()),
 	}
 }
 

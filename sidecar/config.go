@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
@@ -26,16 +27,30 @@ type Config struct {
 
 	// Beyond the window (hot-set mode). HotTokens 0 keeps sessions dense:
 	// every token resident, at most ContextTokens.
-	HotTokens    int   // the engine's hot budget in tokens
-	Window       int   // positions stay below this; 0 = the model's trained context
-	BlockTokens  int   // block size; 0 = 64
-	SinkTokens   int   // attention sinks; 0 = 4
-	RecentTokens int   // recent window; 0 = HotTokens/4
-	NoRetrieval  bool  // keep only sinks, pinned and recent (evaluation baseline)
-	NoSinks      bool  // no attention sinks: a plain sliding window (evaluation baseline)
-	MaxRetrieved int   // cap on retrieved blocks per turn; 0 = none
-	ArenaBytes   int64 // host-RAM arena budget; 0 = a quarter of available RAM
-	Logger       *slog.Logger
+	HotTokens    int    // the engine's hot budget in tokens
+	Window       int    // positions stay below this; 0 = the model's trained context
+	BlockTokens  int    // block size; 0 = 64
+	SinkTokens   int    // attention sinks; 0 = 4
+	RecentTokens int    // recent window; 0 = HotTokens/4
+	NoRetrieval  bool   // keep only sinks, pinned and recent (evaluation baseline)
+	NoSinks      bool   // no attention sinks: a plain sliding window (evaluation baseline)
+	MaxRetrieved int    // cap on retrieved blocks per turn; 0 = none
+	ArenaBytes   int64  // host-RAM arena budget; 0 = a quarter of available RAM
+	MetricsAddr  string // --metrics-addr: serve /metrics over HTTP here ("" = off)
+
+	// The SSD tier (snapshots, cross-session resume).
+	NoCold         bool          // run on host RAM only
+	ColdDir        string        // default DataDir/cold
+	ColdQuotaBytes int64         // 0 = a quarter of the free disk space
+	IdleSnapshot   time.Duration // snapshot a session idle this long; 0 = 60s, <0 = never
+	AutoSnapshots  int           // automatic snapshots kept; 0 = 8
+
+	// A CPU's turn-latency target bounds the hot budget (attention cost
+	// grows with the hot set): a turn of TurnSuffixTokens new tokens must
+	// prefill within TurnLatency. 0 = 120 s and 4096 tokens; <0 = off.
+	TurnLatency      time.Duration
+	TurnSuffixTokens int
+	Logger           *slog.Logger
 	// Version is reported in HelloReply and Status.
 	Version string
 }
@@ -52,6 +67,21 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.IdleSnapshot == 0 {
+		c.IdleSnapshot = 60 * time.Second
+	}
+	if c.AutoSnapshots == 0 {
+		c.AutoSnapshots = 8
+	}
+	if c.TurnLatency == 0 {
+		c.TurnLatency = 120 * time.Second
+	}
+	if c.TurnSuffixTokens == 0 {
+		c.TurnSuffixTokens = 4096
+	}
+	if c.ColdQuotaBytes < 0 || c.AutoSnapshots < 0 {
+		return fmt.Errorf("%w: negative SSD-tier setting", ErrConfig)
 	}
 	if c.Version == "" {
 		c.Version = "dev"

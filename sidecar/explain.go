@@ -35,9 +35,16 @@ func (srv *Server) explain(ctx context.Context, r *pb.ExplainRequest) (*pb.Expla
 		rep.Capacity = srv.capacityReply()
 	}
 	rep.ResidentTokens = int64(len(sess.tape))
+	rep.Restore = sess.lastRestore
+	rep.Cold = srv.coldStatus()
 	hotRanges := [][2]int{{0, len(sess.tape)}}
 	if h := sess.hot; h != nil {
 		hotRanges = explainHot(rep, sess)
+	}
+	for _, r := range hotRanges {
+		if r[1] > r[0] {
+			rep.HotRanges = append(rep.HotRanges, &pb.TokenRange{Start: int64(r[0]), End: int64(r[1])})
+		}
 	}
 	for _, sp := range sess.spans {
 		n := int64(sp.end - sp.start)
@@ -71,6 +78,9 @@ func explainHot(rep *pb.ExplainReply, sess *session) [][2]int {
 		case b.stored:
 			rep.ParkedTokens += int64(b.n)
 			rep.ParkedBlocks++
+		case b.cold:
+			rep.ColdTokens += int64(b.n)
+			rep.ColdBlocks++
 		default:
 			rep.LostBlocks++
 		}

@@ -18,7 +18,8 @@ type Emitter func(*pb.StreamEvent) error
 // connections call it for every REQUEST frame, and benchmarks call it
 // in-process to measure what the socket adds. connID identifies the caller
 // for session ownership (0 for in-process callers).
-func (srv *Server) Handle(ctx context.Context, connID uint64, req *pb.Request, emit Emitter) *pb.Response {
+func (srv *Server) Handle(ctx context.Context, connID uint64, req *pb.Request, emit Emitter) (resp *pb.Response) {
+	defer srv.metrics.observeCall(req, time.Now(), &resp)
 	resp, err := srv.handle(ctx, connID, req, emit)
 	if err != nil {
 		srv.log.Debug("call failed", "conn", connID, "err", err)
@@ -52,7 +53,7 @@ func (srv *Server) handle(ctx context.Context, connID uint64, req *pb.Request, e
 			return &pb.Response{Body: &pb.Response_UnloadModel{UnloadModel: r}}
 		})
 	case *pb.Request_OpenSession:
-		r, err := srv.openSession(ctx, connID, b.OpenSession)
+		r, err := srv.openWithManifest(ctx, connID, b.OpenSession)
 		return wrap(r, err, func(r *pb.OpenSessionReply) *pb.Response {
 			return &pb.Response{Body: &pb.Response_OpenSession{OpenSession: r}}
 		})
@@ -76,10 +77,45 @@ func (srv *Server) handle(ctx context.Context, connID uint64, req *pb.Request, e
 		return wrap(r, err, func(r *pb.ExplainReply) *pb.Response {
 			return &pb.Response{Body: &pb.Response_Explain{Explain: r}}
 		})
+	case *pb.Request_Metrics:
+		r, err := srv.metricsReply(b.Metrics)
+		return wrap(r, err, func(r *pb.MetricsReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_Metrics{Metrics: r}}
+		})
 	case *pb.Request_CloseSession:
 		err := srv.closeSession(ctx, connID, b.CloseSession.GetSessionId())
 		return wrap(&pb.CloseSessionReply{}, err, func(r *pb.CloseSessionReply) *pb.Response {
 			return &pb.Response{Body: &pb.Response_CloseSession{CloseSession: r}}
+		})
+	case *pb.Request_Snapshot:
+		r, err := srv.snapshot(ctx, b.Snapshot)
+		return wrap(r, err, func(r *pb.SnapshotReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_Snapshot{Snapshot: r}}
+		})
+	case *pb.Request_Restore:
+		r, err := srv.restore(ctx, connID, b.Restore)
+		return wrap(r, err, func(r *pb.RestoreReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_Restore{Restore: r}}
+		})
+	case *pb.Request_ListSnapshots:
+		r, err := srv.listSnapshots(ctx)
+		return wrap(r, err, func(r *pb.ListSnapshotsReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_ListSnapshots{ListSnapshots: r}}
+		})
+	case *pb.Request_DeleteSnapshot:
+		err := srv.deleteSnapshot(ctx, b.DeleteSnapshot.GetName())
+		return wrap(&pb.DeleteSnapshotReply{}, err, func(r *pb.DeleteSnapshotReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_DeleteSnapshot{DeleteSnapshot: r}}
+		})
+	case *pb.Request_ReportEdit:
+		r, err := srv.reportEdit(ctx, connID, b.ReportEdit)
+		return wrap(r, err, func(r *pb.ReportEditReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_ReportEdit{ReportEdit: r}}
+		})
+	case *pb.Request_VerifyCold:
+		r, err := srv.verifyCold(ctx)
+		return wrap(r, err, func(r *pb.VerifyColdReply) *pb.Response {
+			return &pb.Response{Body: &pb.Response_VerifyCold{VerifyCold: r}}
 		})
 	default:
 		return nil, fmt.Errorf("%w: request without a known body", protocol.ErrInvalidArgument)
@@ -168,6 +204,13 @@ func (srv *Server) loadLocked(path string, ctxTokens int) error {
 	if err != nil {
 		return err
 	}
+	srv.metrics.setArena(srv.slot.arena)
+	srv.mu.Lock()
+	srv.nextSession = max(srv.nextSession, srv.slot.arenaMaxSession)
+	srv.mu.Unlock()
+	if srv.cold != nil {
+		srv.slot.coldBytes = srv.cold.Stats().QuotaBytes
+	}
 	c := srv.slot.capacity
 	srv.log.Info("model loaded", "path", path, "digest", srv.slot.facts.Digest[:16],
 		"ctx", c.ContextTokens, "effective", c.EffectiveTokens, "kv_bytes_per_token", c.KVBytesPerToken, "bound", c.Reason)
@@ -186,5 +229,6 @@ func (srv *Server) unloadModel(ctx context.Context) error {
 		return fmt.Errorf("%w: %d sessions are open", protocol.ErrModelBusy, srv.slot.holders)
 	}
 	srv.slot.unload()
+	srv.metrics.setArena(nil)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 
+	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
@@ -47,6 +48,9 @@ type hotBlock struct {
 	score     float64
 	reason    string
 	retrieved bool
+	coldKey   coldstore.Key // its parked KV's key in the SSD tier, once known
+	hasKey    bool
+	cold      bool // its KV is in the SSD tier only (spilled from a full arena)
 }
 
 // hotState is a session's hot-set bookkeeping.
@@ -201,21 +205,78 @@ func (srv *Server) arenaPut(sess *session, b *hotBlock, toks []engine.Token, kv 
 	for {
 		err := a.Put(blk)
 		if err == nil {
+			srv.metrics.arenaParked.Inc()
 			return true
 		}
 		if !errors.Is(err, shm.ErrArenaFull) {
 			sess.hot.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
 			return false
 		}
+		if srv.slot.freeOrphan() {
+			continue // closed sessions' blocks go first
+		}
 		victim := srv.arenaVictim(sess)
 		if victim == nil {
 			sess.hot.note(fmt.Sprintf("arena full: block %d kept only while hot", b.id))
 			return false
 		}
+		if err := srv.spill(sess, victim); err != nil {
+			srv.metrics.arenaDropped.Inc()
+			sess.hot.note(fmt.Sprintf("arena full: dropped parked block %d (tokens %d..%d, %s); the SSD tier could not take it: %v", victim.id, victim.vstart, victim.vstart+victim.n, victim.class, err))
+		}
 		a.Delete(victim.id)
 		victim.stored = false
-		sess.hot.note(fmt.Sprintf("arena full: dropped parked block %d (tokens %d..%d, %s)", victim.id, victim.vstart, victim.vstart+victim.n, victim.class))
 	}
+}
+
+// spill hands a parked block's KV to the SSD tier before the arena drops
+// it: the block stays retrievable (admission reads it back from the SSD).
+// Compression and the write run in the tier's background workers; when
+// their queue is full the write happens here (back-pressure, not loss).
+func (srv *Server) spill(sess *session, b *hotBlock) error {
+	if srv.cold == nil {
+		return fmt.Errorf("the SSD tier is off: %s", srv.coldOff)
+	}
+	if err := srv.cold.Err(); err != nil {
+		return err
+	}
+	kv, err := srv.slot.arena.ReadKV(b.id, nil)
+	if err != nil {
+		return err
+	}
+	if !b.hasKey {
+		b.coldKey, b.hasKey = contentKey(srv.coldCompat(), b.chain, b.pos0, kv), true
+	}
+	toks := append([]engine.Token(nil), sess.tape[b.vstart:b.vstart+b.n]...)
+	meta := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0,
+		ElemBytes: elemBytes(srv.cfg.KVType), Class: uint8(b.class), Segment: b.segID}
+	if !srv.cold.Has(b.coldKey) {
+		err := srv.cold.Enqueue(b.coldKey, meta, kv)
+		if errors.Is(err, coldstore.ErrQueueFull) {
+			err = srv.cold.Put(context.Background(), b.coldKey, meta, kv)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	b.cold = true
+	return nil
+}
+
+// coldKV reads a spilled block back from the SSD tier, waiting for its
+// write when it is still queued.
+func (srv *Server) coldKV(ctx context.Context, b *hotBlock) ([]byte, error) {
+	if srv.cold == nil || !b.cold || !b.hasKey {
+		return nil, fmt.Errorf("block %d has no copy in the SSD tier", b.id)
+	}
+	kv, err := srv.coldGet(ctx, b.coldKey, b.id)
+	if errors.Is(err, coldstore.ErrNotFound) {
+		if ferr := srv.cold.Flush(ctx); ferr != nil {
+			return nil, ferr
+		}
+		kv, err = srv.coldGet(ctx, b.coldKey, b.id)
+	}
+	return kv, err
 }
 
 // arenaVictim is the session's most evictable parked block with KV.
@@ -254,7 +315,7 @@ func (srv *Server) planBlocks(sess *session, unpin bool) []policy.HotBlock {
 	h := sess.hot
 	out := make([]policy.HotBlock, 0, len(h.blocks)+1)
 	for _, b := range h.blocks {
-		if !b.hot && !b.stored {
+		if !b.hot && !b.stored && !b.cold {
 			continue // its KV is gone: it can never come back
 		}
 		out = append(out, policy.HotBlock{
@@ -302,6 +363,7 @@ func (srv *Server) evictOne(sess *session) error {
 	}
 	b.hot, b.retrieved = false, false
 	h.evictions++
+	srv.metrics.evictions.Inc()
 	return nil
 }
 
@@ -395,7 +457,7 @@ func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, ne
 	if len(target.tokens) > limit {
 		return r, protocol.OverflowError{PromptTokens: int64(len(target.tokens)), ContextTokens: int64(limit)}
 	}
-	lcp := commonPrefix(sess.tape, target.tokens)
+	lcp := sess.reusablePrefix(target.tokens)
 	r.reusable = lcp
 	if lcp == len(target.tokens) && keepTail && !needLogits {
 		r.reused = lcp
@@ -501,6 +563,7 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 		}
 		b.hot, b.retrieved = false, false
 		h.evictions++
+		srv.metrics.evictions.Inc()
 	}
 	type move struct {
 		b        *hotBlock
@@ -536,22 +599,34 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 			continue
 		}
 		var err error
-		if kv, err = srv.slot.arena.ReadKV(m.b.id, kv[:0]); err != nil {
-			m.b.stored = false
-			h.note(fmt.Sprintf("block %d unreadable from the arena: %v", m.b.id, err))
+		if m.b.stored {
+			kv, err = srv.readParkedKV(m.b.id, kv[:0])
+		} else {
+			kv, err = srv.coldKV(context.Background(), m.b)
+		}
+		if err != nil {
+			if m.b.stored {
+				m.b.stored = false
+			} else {
+				m.b.cold = false
+			}
+			h.note(fmt.Sprintf("block %d unreadable: %v", m.b.id, err))
 			continue
 		}
-		if err := ectx.InsertRange(engine.Range{Pos0: m.b.pos0, Count: m.b.n, Blob: kv}, m.to); err != nil {
+		if err := srv.insertFetched(m.b.id, engine.Range{Pos0: m.b.pos0, Count: m.b.n, Blob: kv}, m.to); err != nil {
 			// Bytes the engine refuses are as good as lost; the layout
 			// closes over the hole below, so the KV stays consistent.
-			m.b.stored = false
-			srv.slot.arena.Delete(m.b.id)
+			if m.b.stored {
+				srv.slot.arena.Delete(m.b.id)
+			}
+			m.b.stored, m.b.cold = false, false
 			h.note(fmt.Sprintf("block %d refused by the engine on admission: %v", m.b.id, err))
 			continue
 		}
 		m.b.hot = true
 		m.b.pstart = m.to
 		h.admissions++
+		srv.metrics.admissions.Inc()
 	}
 	for _, m := range moves {
 		if m.admit {

@@ -210,7 +210,8 @@ func TestHotBudgetTooSmallRefused(t *testing.T) {
 // TestFullArenaDropsWithDiagnostic: an arena too small for the stream
 // drops its most evictable parked blocks, says so, and keeps serving.
 func TestFullArenaDropsWithDiagnostic(t *testing.T) {
-	ts := startServer(t, Config{ModelPath: testmodel.Needle(t), HotTokens: 256, ContextTokens: 256, ArenaBytes: 2 << 20})
+	// Without the SSD tier a full arena can only drop blocks.
+	ts := startServer(t, Config{ModelPath: testmodel.Needle(t), HotTokens: 256, ContextTokens: 256, ArenaBytes: 2 << 20, NoCold: true})
 	c := dial(t, ts)
 	rng := rand.New(rand.NewSource(3))
 	// Each session fits the session limit; together they overfill the
@@ -234,4 +235,30 @@ func TestFullArenaDropsWithDiagnostic(t *testing.T) {
 		t.Fatalf("no arena-full diagnostic: lost %d, diagnostics %q", ex.LostBlocks, ex.Diagnostics)
 	}
 	t.Logf("recall with a 2 MiB arena: %.2f, %d blocks lost", acc, ex.LostBlocks)
+}
+
+func TestFullArenaSpillsToSSDAndRecallsFromIt(t *testing.T) {
+	ts := startServer(t, Config{ModelPath: testmodel.Needle(t), HotTokens: 256, ContextTokens: 256, ArenaBytes: 1 << 20})
+	c := dial(t, ts)
+	rng := rand.New(rand.NewSource(5))
+	hay, needle := haystack(rng, 3000)
+	acc, s := recall(t, c, hay, needle)
+	checkHot(t, ts.srv)
+	ex, err := s.Explain(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.ColdBlocks == 0 || ex.LostBlocks != 0 {
+		t.Fatalf("a full arena with an SSD tier: %d blocks spilled, %d lost; diagnostics %q", ex.ColdBlocks, ex.LostBlocks, ex.Diagnostics)
+	}
+	found := false
+	for _, b := range ex.Retrieved {
+		if b.FirstToken <= 41 && b.FirstToken+b.Tokens >= 41+24 {
+			found = true
+		}
+	}
+	if !found || acc < 0.8 {
+		t.Fatalf("needle recall through the SSD tier: accuracy %.2f, needle block retrieved %v (%d blocks spilled)", acc, found, ex.ColdBlocks)
+	}
+	t.Logf("recall with a 1 MiB arena spilling to SSD: %.2f; %d blocks (%d tokens) on SSD", acc, ex.ColdBlocks, ex.ColdTokens)
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/protocol"
 )
 
@@ -31,8 +32,16 @@ type Server struct {
 	nextConn    uint64
 	listener    net.Listener
 
-	fence atomic.Pointer[error] // set when the lease is lost
-	wg    sync.WaitGroup        // connections
+	metrics *metrics              // counters, gauges and timings (metrics.go)
+	fence   atomic.Pointer[error] // set when the lease is lost
+	wg      sync.WaitGroup        // connections
+
+	cold    *coldstore.Store // the SSD tier; nil when off
+	coldDir string
+	coldOff string     // why the SSD tier is off
+	snapMu  sync.Mutex // guards snaps
+	snaps   map[string]*snapEntry
+	snapWG  sync.WaitGroup // automatic snapshots being written
 }
 
 // New takes ownership of the data directory and loads the configured
@@ -47,10 +56,16 @@ func New(cfg Config) (*Server, error) {
 	}
 	srv := &Server{
 		cfg: cfg, log: cfg.Logger, owner: owner, slot: newSlot(), started: time.Now(),
-		sessions: map[uint64]*session{}, conns: map[uint64]*conn{},
+		sessions: map[uint64]*session{}, conns: map[uint64]*conn{}, snaps: map[string]*snapEntry{},
 	}
+	srv.metrics = newMetrics(srv.sessionCount)
+	srv.openCold()
+	srv.loadSnapIndex(context.Background())
 	if cfg.ModelPath != "" {
 		if err := srv.loadLocked(cfg.ModelPath, cfg.ContextTokens); err != nil {
+			if srv.cold != nil {
+				srv.cold.Close()
+			}
 			owner.release()
 			return nil, err
 		}
@@ -97,10 +112,14 @@ func (srv *Server) Serve(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go srv.watchLease(ctx, cancel)
+	go srv.idleSnapshots(ctx)
 	go func() {
 		<-ctx.Done()
 		ln.Close()
 	}()
+	if err := srv.serveMetricsHTTP(ctx); err != nil {
+		return err
+	}
 	srv.log.Info("serving", "socket", ln.Addr().String(), "data_dir", srv.cfg.DataDir)
 	var tempDelay time.Duration
 	for {
@@ -171,8 +190,16 @@ func (srv *Server) Close() error {
 	for _, s := range all {
 		srv.dropSession(ctx, s)
 	}
+	// Automatic snapshots of the sessions just closed finish first.
+	srv.snapWG.Wait()
+	if srv.cold != nil {
+		if err := srv.cold.Close(); err != nil {
+			srv.log.Warn("SSD tier: closing", "err", err)
+		}
+	}
 	if err := srv.slot.acquire(ctx); err == nil {
 		srv.slot.unload()
+		srv.metrics.setArena(nil)
 		srv.slot.release()
 	}
 	srv.owner.release()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ type testServer struct {
 	cfg    Config
 	done   chan error
 	cancel context.CancelFunc
+	stop   func() // ends Serve and closes the server (once)
 }
 
 func startServer(t *testing.T, cfg Config) *testServer {
@@ -56,7 +58,7 @@ func startServer(t *testing.T, cfg Config) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	ts := &testServer{srv: srv, socket: cfg.SocketPath, cfg: cfg, done: make(chan error, 1), cancel: cancel}
 	go func() { ts.done <- srv.Serve(ctx, ln) }()
-	t.Cleanup(func() {
+	ts.stop = sync.OnceFunc(func() {
 		cancel()
 		select {
 		case <-ts.done:
@@ -65,6 +67,7 @@ func startServer(t *testing.T, cfg Config) *testServer {
 		}
 		srv.Close()
 	})
+	t.Cleanup(ts.stop)
 	return ts
 }
 
@@ -157,7 +160,10 @@ func TestWarmEqualsCold(t *testing.T) {
 				t.Fatalf("turn %d: reused %d + prefilled %d+%d != prompt %d", i, reused, w.ensure.PrefilledTokens, w.suffix.PrefilledTokens, total)
 			}
 		}
-		cold := openSession(t, c)
+		cold, _, err := c.OpenSessionOptions(context.Background(), client.SessionOptions{Name: "cold", Cold: true})
+		if err != nil {
+			t.Fatal(err)
+		}
 		cr := runTurn(t, cold, m, 12)
 		if err := cold.Close(context.Background()); err != nil {
 			t.Fatal(err)

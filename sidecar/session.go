@@ -10,6 +10,7 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 // span attributes a run of tape tokens to the segment that produced them.
@@ -40,10 +41,18 @@ type session struct {
 	lastUsed time.Time
 	closed   bool
 	hot      *hotState // hot-set mode; nil for dense sessions
+
+	// expireFrom is the first tape index the next sync may not reuse (an
+	// invalidate_on_turn segment of an ended turn), or -1.
+	expireFrom   int
+	version      uint64 // counts calls that may have changed the tape
+	savedVersion uint64 // version at the last snapshot
+	lastRestore  *pb.RestoreReport
+	cold         bool // no resume, no automatic snapshot
 }
 
 func newSession(id uint64, name string, connID uint64) *session {
-	return &session{id: id, name: name, connID: connID, logitsAt: -1, tokCache: map[[32]byte][]engine.Token{}, lastUsed: time.Now()}
+	return &session{id: id, name: name, connID: connID, logitsAt: -1, expireFrom: -1, tokCache: map[[32]byte][]engine.Token{}, lastUsed: time.Now()}
 }
 
 func (s *session) resetTape() {
@@ -117,7 +126,7 @@ func (srv *Server) sync(ctx context.Context, sess *session, target prompt, needL
 	if len(target.tokens) > limit {
 		return r, protocol.OverflowError{PromptTokens: int64(len(target.tokens)), ContextTokens: int64(limit)}
 	}
-	lcp := commonPrefix(sess.tape, target.tokens)
+	lcp := sess.reusablePrefix(target.tokens)
 	r.reusable = lcp
 	keep := lcp
 	if keep == len(target.tokens) {
@@ -212,7 +221,20 @@ func (srv *Server) refreshLogits(ctx context.Context, sess *session) error {
 	return nil
 }
 
+// reusablePrefix is the longest common prefix of the tape and target that
+// may be kept: it stops at an expired invalidate_on_turn segment.
+func (s *session) reusablePrefix(target []engine.Token) int {
+	lcp := commonPrefix(s.tape, target)
+	if s.expireFrom >= 0 && lcp > s.expireFrom {
+		lcp = s.expireFrom
+	}
+	return lcp
+}
+
 func (s *session) truncate(n int) {
+	if s.expireFrom >= n {
+		s.expireFrom = -1 // the expired tokens are gone
+	}
 	s.tape = s.tape[:n]
 	s.spans = clipSpans(s.spans, n)
 	if s.logitsAt > n {

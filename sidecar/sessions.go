@@ -36,6 +36,7 @@ func (srv *Server) openSession(ctx context.Context, connID uint64, r *pb.OpenSes
 	srv.mu.Lock()
 	srv.nextSession++
 	sess := newSession(srv.nextSession, r.GetName(), connID)
+	sess.cold = r.GetCold()
 	srv.sessions[sess.id] = sess
 	srv.mu.Unlock()
 	srv.slot.holders++
@@ -44,6 +45,24 @@ func (srv *Server) openSession(ctx context.Context, connID uint64, r *pb.OpenSes
 		sess.hot = newHotState()
 	}
 	return &pb.OpenSessionReply{SessionId: sess.id, ContextTokens: int64(srv.slot.sessionTokens()), CompatKey: srv.compatKey("plain")}, nil
+}
+
+// openWithManifest opens a session and ensures its manifest at once, so a
+// manifest whose stable prefix matches a snapshot resumes from it.
+func (srv *Server) openWithManifest(ctx context.Context, connID uint64, r *pb.OpenSessionRequest) (*pb.OpenSessionReply, error) {
+	rep, err := srv.openSession(ctx, connID, r)
+	if err != nil || r.GetManifest() == nil {
+		return rep, err
+	}
+	pr, err := srv.ensurePrefix(ctx, connID, &pb.EnsurePrefixRequest{SessionId: rep.SessionId, Manifest: r.GetManifest()})
+	if err != nil {
+		if sess, e := srv.ownedSession(connID, rep.SessionId); e == nil {
+			srv.dropSession(context.WithoutCancel(ctx), sess)
+		}
+		return nil, err
+	}
+	rep.Prefix = pr
+	return rep, nil
 }
 
 func (srv *Server) compatKey(template string) string {
@@ -81,8 +100,9 @@ func (srv *Server) withSession(ctx context.Context, connID, id uint64, f func(*s
 	if err := srv.slot.makeResident(sess); err != nil {
 		return err
 	}
-	sess.lastUsed = time.Now()
+	sess.version++
 	srv.mu.Lock()
+	sess.lastUsed = time.Now() // under mu too: anySession reads it
 	srv.lastSession = sess.id
 	srv.mu.Unlock()
 	return f(sess)
@@ -105,6 +125,8 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		return nil, fmt.Errorf("%w: unknown prompt template %q (known: plain)", protocol.ErrInvalidManifest, m.Template)
 	}
 	var res syncResult
+	var resumed string
+	var resumedTokens int
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
 		key := srv.compatKey(m.Template)
 		if sess.compat != "" && sess.compat != key {
@@ -114,6 +136,11 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		target, err := srv.tokenizeSegments(sess, m.StablePrefix(), true, 0)
 		if err != nil {
 			return err
+		}
+		if len(sess.tape) == 0 {
+			// Cross-session resume: an empty session whose prompt starts
+			// like a stored snapshot takes its KV instead of prefilling.
+			resumed, resumedTokens = srv.resume(ctx, sess, target.tokens)
 		}
 		res, err = srv.sync(ctx, sess, target, false, true, false)
 		if errors.Is(err, protocol.ErrContextOverflow) {
@@ -127,7 +154,9 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 	if err != nil {
 		return nil, err
 	}
-	return prefixReply(res, start), nil
+	rep := prefixReply(res, start)
+	rep.ResumedSnapshot, rep.ResumedTokens = resumed, int64(resumedTokens)
+	return rep, nil
 }
 
 func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.PrefillSuffixRequest) (*pb.PrefixReply, error) {
@@ -212,6 +241,8 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			} else {
 				sess.spans[len(sess.spans)-1].end = len(sess.tape)
 			}
+			// The turn has ended: invalidate_on_turn segments expire.
+			sess.expireFrom = turnCut(sess.spans)
 		}()
 		limit := srv.slot.sessionTokens()
 		for i := 0; ; i++ {
@@ -375,8 +406,16 @@ func (srv *Server) dropSession(ctx context.Context, sess *session) error {
 	if sess.closed {
 		return nil
 	}
+	if srv.slot.model != nil {
+		srv.autoSnapshot(sess, "close")
+	}
 	sess.closed = true
 	if srv.slot.model != nil {
+		if sess.hot != nil && srv.slot.arena != nil && !sess.cold {
+			// Its parked blocks stay for a later session to resume.
+			srv.orphanFromSession(sess)
+			sess.hot.blocks = nil
+		}
 		srv.slot.forget(sess)
 	}
 	srv.slot.holders--

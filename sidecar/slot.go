@@ -18,18 +18,22 @@ import (
 // slot is the single model slot. Its token (a one-element channel) is the
 // right to use the engine; holders may wait for it with a context.
 type slot struct {
-	token      chan struct{}
-	model      engine.Model
-	ectx       engine.Context
-	facts      engine.Facts
-	capacity   policy.Capacity
-	resident   *session // whose tape is in sequence 0
-	holders    int      // open sessions; a non-zero count pins the model
-	hot        hotConfig
-	arena      *shm.Arena
-	arenaBytes int64
-	nextBlock  uint64
-	kv         policy.KVType
+	token           chan struct{}
+	model           engine.Model
+	ectx            engine.Context
+	facts           engine.Facts
+	capacity        policy.Capacity
+	resident        *session // whose tape is in sequence 0
+	holders         int      // open sessions; a non-zero count pins the model
+	hot             hotConfig
+	arena           *shm.Arena
+	arenaBytes      int64
+	nextBlock       uint64
+	kv              policy.KVType
+	fig             figures       // measured at load: restore or recompute
+	coldBytes       int64         // the SSD tier's quota (0: off); counts toward sessionTokens
+	orphans         []*orphanTape // parked blocks without a session, oldest first
+	arenaMaxSession uint64        // largest session id found in a re-attached arena
 }
 
 func newSlot() *slot {
@@ -131,8 +135,21 @@ func (s *slot) load(o loadOptions) (string, error) {
 		}
 		return "", fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
 	}
+	costAt := 0
+	if hc.budget > 0 {
+		costAt = min(hc.limit/2, 256)
+	}
+	fig := measureFigures(context.Background(), ectx, facts, elemBytes(o.kvType), costAt)
+	if hc.budget > 0 && o.cfg.TurnLatency > 0 {
+		var msg string
+		if hc, msg = latencyBound(hc, fig, o.cfg.TurnLatency, o.cfg.TurnSuffixTokens); msg != "" {
+			o.log(msg)
+		}
+	}
 	var arena *shm.Arena
 	var arenaBytes int64
+	var orphans []*orphanTape
+	var maxID, maxSession uint64
 	if hc.budget > 0 {
 		arenaBytes = o.cfg.ArenaBytes
 		if arenaBytes == 0 {
@@ -152,16 +169,19 @@ func (s *slot) load(o loadOptions) (string, error) {
 		for _, d := range rep.Dropped {
 			o.log("arena block dropped", "id", d.ID, "err", d.Err)
 		}
-		// Sessions do not outlive the process yet, so parked blocks of a
-		// previous run have no owner: free them.
-		for _, meta := range a.List() {
-			a.Delete(meta.ID)
+		// Parked blocks of a previous run become orphan tapes that new
+		// sessions resume from (orphan.go); ids continue above theirs.
+		orphans, maxID, maxSession = collectOrphans(a)
+		if n := len(orphans); n > 0 {
+			o.log("arena re-attached: parked blocks of an earlier ctxd kept for resume", "tapes", n)
 		}
 		arena = a
 	}
 	s.unload()
 	s.model, s.ectx, s.facts, s.capacity = m, ectx, facts, capa
 	s.hot, s.arena, s.arenaBytes, s.kv = hc, arena, arenaBytes, o.kvType
+	s.fig = fig
+	s.orphans, s.nextBlock, s.arenaMaxSession = orphans, max(s.nextBlock, maxID), maxSession
 	return capa.Warning, nil
 }
 
@@ -172,6 +192,7 @@ func (s *slot) unload() {
 		s.arena = nil
 	}
 	s.hot = hotConfig{}
+	s.orphans = nil
 	if s.ectx != nil {
 		s.ectx.Close()
 	}
@@ -198,8 +219,10 @@ func (s *slot) sessionTokens() int {
 		return s.contextTokens()
 	}
 	kv := max(s.facts.KVBytesPerToken(s.kvType()), 1)
+	// Blocks a full arena spills to the SSD tier stay retrievable.
+	cold := int(policy.TokensForBytes(s.coldBytes, kv))
 	if s.arena == nil {
-		return s.hot.limit + int(policy.TokensForBytes(s.arenaBytes, kv))
+		return s.hot.limit + int(policy.TokensForBytes(s.arenaBytes, kv)) + cold
 	}
 	// Count whole blocks the arena's slabs hold: a block of B tokens takes
 	// its header, tokens and KV bytes, rounded up to slabs.
@@ -207,7 +230,7 @@ func (s *slot) sessionTokens() int {
 	b := int64(s.hot.block)
 	blockBytes := 256 + 4*b + (kv+kv/32)*b // header, tokens, KV (+3% state framing)
 	slabs := max((blockBytes+st.SlabBytes-1)/st.SlabBytes, 1)
-	return s.hot.limit + int(st.CapacitySlabs/slabs*b)
+	return s.hot.limit + int(st.CapacitySlabs/slabs*b) + cold
 }
 
 func (s *slot) kvType() policy.KVType { return s.kv }

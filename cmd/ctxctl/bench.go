@@ -22,15 +22,19 @@ import (
 
 func cmdBench(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError{fmt.Errorf("which benchmark? replay or socket")}
+		return usageError{fmt.Errorf("which benchmark? replay, socket or resume")}
 	}
 	switch args[0] {
 	case "replay":
 		return benchReplay(ctx, e, args[1:])
 	case "socket":
 		return benchSocket(ctx, e, args[1:])
+	case "resume":
+		return benchResume(ctx, e, args[1:])
+	case "crash":
+		return benchCrash(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket)", args[0])}
+	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash)", args[0])}
 }
 
 func defaultModel() string {
@@ -84,6 +88,8 @@ func benchReplay(ctx context.Context, e *env, args []string) error {
 	var reused, reusable, prompt int
 	var warm, cold float64
 	out.Total.ColdMatchAll = true
+	bar := e.newProgress("bench replay", int64(len(files)), "traces")
+	defer bar.Clear()
 	for _, f := range files {
 		tr, err := trace.Load(f)
 		if err != nil {
@@ -94,9 +100,11 @@ func benchReplay(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("%s: %w", f, err)
 		}
 		out.Traces = append(out.Traces, result{filepath.Base(f), rep.Summary})
+		bar.Clear()
 		if !*asJSON {
 			printSummary(e, rep)
 		}
+		bar.Add(1)
 		for i, t := range rep.Turns {
 			if i == 0 {
 				continue
@@ -172,20 +180,26 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 		c.Ping(ctx, nil)
 		p.Server.Handle(ctx, 0, ping, nil)
 	}
+	bar := e.newProgress("round trips", int64(*n), "")
 	for i := 0; i < *n; i++ {
 		t0 := time.Now()
 		if err := c.Ping(ctx, nil); err != nil {
+			bar.Clear()
 			return err
 		}
 		sock[i] = time.Since(t0)
 		t0 = time.Now()
 		p.Server.Handle(ctx, 0, ping, nil)
 		inproc[i] = time.Since(t0)
+		bar.Add(1)
 	}
+	bar.Clear()
 
 	// Streaming: the same greedy decode over the socket and in-process.
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "p", Kind: policy.KindUserTurn, Text: "Once upon a time"}}}
-	sockWall, inWall, overhead, serverWall, streamOnly, err := streamTimes(ctx, c, p, m, *tokens, *reps)
+	bar = e.newProgress("decode pairs", int64(*reps), "")
+	sockWall, inWall, overhead, serverWall, streamOnly, err := streamTimes(ctx, c, p, m, *tokens, *reps, bar)
+	bar.Clear()
 	if err != nil {
 		return err
 	}
@@ -215,7 +229,7 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 
 // streamTimes runs the same decode over the socket and in-process,
 // alternating, and returns the median wall time per token of each.
-func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int) (sockUS, inUS, overheadUS, serverUS, streamUS float64, err error) {
+func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int, bar *progress) (sockUS, inUS, overheadUS, serverUS, streamUS float64, err error) {
 	s, err := c.OpenSession(ctx, "bench-socket")
 	if err != nil {
 		return 0, 0, 0, 0, 0, err
@@ -306,6 +320,7 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 			return 0, 0, 0, 0, 0, err
 		}
 		streamDiff = append(streamDiff, a2-q)
+		bar.Add(1)
 	}
 	return median(sockT), median(inT), median(diff), median(serverSide), median(streamDiff), nil
 }

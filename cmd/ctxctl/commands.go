@@ -58,6 +58,7 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	id := fs.Uint64("session", 0, "session id (0: the most recently used)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	png := fs.String("png", "", "also draw the context as a PNG file: segments, classes, hot, parked, retrieved")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
@@ -69,6 +70,12 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 	ex, err := c.Explain(ctx, *id)
 	if err != nil {
 		return err
+	}
+	if *png != "" {
+		if err := writeExplainPNG(ex, *png); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stderr, "picture: %s\n", *png)
 	}
 	if *asJSON {
 		return e.printJSON(ex)

@@ -23,7 +23,7 @@ func privateClient(ctx context.Context, cfg sidecar.Config) (c *client.Client, d
 }
 
 func startPrivate(model string, ctxTokens int) (*sidecar.Private, error) {
-	return sidecar.StartPrivate(sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxctl-private"})
+	return sidecar.StartPrivate(sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxctl-private", NoCold: true})
 }
 
 // connect dials --socket, or starts a private daemon when model is set.

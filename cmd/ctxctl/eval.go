@@ -97,7 +97,7 @@ func evalRecall(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintf(e.stderr, format, a...)
 		}
 	}
-	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, ArenaBytes: arena}
+	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, ArenaBytes: arena, NoCold: true}
 	run := func(label string, cfg sidecar.Config, distance int) (acc, hit float64, err error) {
 		c, done, err := privateClient(ctx, cfg)
 		if err != nil {
@@ -105,18 +105,24 @@ func evalRecall(ctx context.Context, e *env, args []string) error {
 		}
 		defer done()
 		rng := rand.New(rand.NewSource(*seed))
+		bar := e.newProgress(fmt.Sprintf("%-14s acc -.---", label), int64(*trials), "trials")
 		for k := 0; k < *trials; k++ {
 			a, h, err := needleTrial(ctx, c, rng, filler, distance)
 			if err != nil {
+				bar.Clear()
 				return 0, 0, fmt.Errorf("%s trial %d: %w", label, k+1, err)
 			}
 			acc += a
 			if h {
 				hit++
 			}
-			progress("\r%-14s trial %d/%d  acc %.3f", label, k+1, *trials, acc/float64(k+1))
+			bar.SetLabel(fmt.Sprintf("%-14s acc %.3f", label, acc/float64(k+1)))
+			bar.Add(1)
 		}
-		progress("\n")
+		bar.Done()
+		if bar == nil {
+			progress("%-14s %d trials  acc %.3f\n", label, *trials, acc/float64(*trials))
+		}
 		return acc / float64(*trials), hit / float64(*trials), nil
 	}
 	if res.BaselineAcc, _, err = run("baseline", hot, 150-24); err != nil {
@@ -124,7 +130,7 @@ func evalRecall(ctx context.Context, e *env, args []string) error {
 	}
 	if *withDense {
 		denseFar := min(far, maxDenseTokens-200)
-		dense := sidecar.Config{ModelPath: *model, ContextTokens: denseFar + 200}
+		dense := sidecar.Config{ModelPath: *model, ContextTokens: denseFar + 200, NoCold: true}
 		acc, _, err := run("dense far", dense, denseFar)
 		if err != nil {
 			return err

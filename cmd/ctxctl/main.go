@@ -22,11 +22,12 @@ import (
 
 const usage = `ctxctl — operate a ctxd daemon
 
-usage: ctxctl [--socket PATH] COMMAND [flags]
+usage: ctxctl [--socket PATH] [--no-progress] COMMAND [flags]
 
 commands:
   status                         daemon, model and capacity
-  explain [--session ID]         what a session holds (default: the last used)
+  explain [--session ID] [--png F]
+                                 what a session holds (default: the last used); --png F draws it
   generate --prompt TEXT         open a session, prefill TEXT, stream a continuation
   load --model FILE [--ctx N]    load or switch the model (fails while sessions are open)
   unload                         unload the model
@@ -35,11 +36,19 @@ commands:
   eval recall                    needle recall beyond the trained window (needle.gguf)
   eval scale [--tokens 200000]   build a long session by streaming, time turns on it
   eval ppl [--tokens N] [--png F] perplexity vs position: dense, sliding, sinks+recent, ctxd
+  metrics [--json]               counters, gauges and timings (Prometheus text; see also ctxd --metrics-addr)
+  snapshot save NAME [--session ID]      save a session to the SSD tier
+  snapshot restore NAME [--generate N]   restore into a new session; print restore_ms and tokens
+  snapshot ls | rm NAME | verify         list, delete, check every file
+  gen-model --out FILE [--layers 24 --embd 896 --heads 14 --kv-heads 2 --ffn 4864]
+                                 write a llama GGUF with random weights (benchmark shapes)
 
 Commands that talk to a daemon use --socket (default $XDG_RUNTIME_DIR/ctxd/ctxd.sock).
 replay and bench also take --model FILE: then ctxctl starts a private daemon
 with that model and talks to it over its own socket.
 Add --json to status, explain, replay and bench for machine-readable output.
+Long operations draw a progress bar on stderr when it is a terminal;
+--no-progress or CTXD_NO_PROGRESS=1 turns it off.
 `
 
 func main() {
@@ -50,6 +59,8 @@ type env struct {
 	socket string
 	stdout io.Writer
 	stderr io.Writer
+
+	noProgress bool // --no-progress: no bars even on a terminal
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -57,6 +68,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	global.SetOutput(stderr)
 	e := &env{stdout: stdout, stderr: stderr}
 	global.StringVar(&e.socket, "socket", sidecar.DefaultSocketPath(), "ctxd socket")
+	global.BoolVar(&e.noProgress, "no-progress", false, "no progress bars on stderr")
 	global.Usage = func() { fmt.Fprint(stderr, usage) }
 	if err := global.Parse(args); err != nil {
 		return 2
@@ -77,7 +89,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"replay":   cmdReplay,
 		"bench":    cmdBench,
 		"eval":     cmdEval,
+		"snapshot": cmdSnapshot,
 	}
+	cmds["gen-model"] = cmdGenModel
+	cmds["metrics"] = cmdMetrics
 	if rest[0] == "help" || rest[0] == "-h" || rest[0] == "--help" {
 		fmt.Fprint(stdout, usage)
 		return 0

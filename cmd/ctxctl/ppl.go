@@ -67,7 +67,7 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	w := *window
-	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, Window: w, ArenaBytes: int64(*tokens+4*w) * 4096, KVType: kvType}
+	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, Window: w, ArenaBytes: int64(*tokens+4*w) * 4096, KVType: kvType, NoCold: true}
 	sliding := hot
 	sliding.NoSinks, sliding.NoRetrieval = true, true
 	sinks := hot
@@ -77,7 +77,7 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 		cfg  sidecar.Config
 		n    int
 	}{
-		{"dense", sidecar.Config{ModelPath: *model, ContextTokens: min(*tokens, *denseMax) + 16, KVType: kvType}, min(*tokens, *denseMax)},
+		{"dense", sidecar.Config{ModelPath: *model, ContextTokens: min(*tokens, *denseMax) + 16, KVType: kvType, NoCold: true}, min(*tokens, *denseMax)},
 		{"sliding window, no sinks", sliding, *tokens},
 		{"sinks + recent", sinks, *tokens},
 		{"ctxd", hot, *tokens},
@@ -86,7 +86,9 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 	if !*asJSON {
 		fmt.Fprintf(e.stderr, "in-window reference: %d tokens, each window fresh…\n", *tokens)
 	}
-	ref, err := windowedNLL(ctx, *model, stream, w)
+	bar := e.newProgress("in-window reference", int64((len(stream)+w-2)/(w-1)), "windows")
+	ref, err := windowedNLL(ctx, *model, stream, w, bar)
+	bar.Done()
 	if err != nil {
 		return fmt.Errorf("reference: %w", err)
 	}
@@ -96,7 +98,9 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 		if !*asJSON {
 			fmt.Fprintf(e.stderr, "%s: %d tokens…\n", st.name, st.n)
 		}
-		nll, err := streamNLL(ctx, st.cfg, stream[:st.n])
+		bar := e.newProgress(st.name, int64(st.n-1), "tokens")
+		nll, err := streamNLL(ctx, st.cfg, stream[:st.n], bar)
+		bar.Done()
 		if err != nil {
 			return fmt.Errorf("%s: %w", st.name, err)
 		}
@@ -135,7 +139,7 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 
 // streamNLL feeds stream after BOS with teacher forcing and returns the
 // negative log-likelihood of every token.
-func streamNLL(ctx context.Context, cfg sidecar.Config, stream []int32) ([]float64, error) {
+func streamNLL(ctx context.Context, cfg sidecar.Config, stream []int32, bar *progress) ([]float64, error) {
 	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -158,6 +162,7 @@ func streamNLL(ctx context.Context, cfg sidecar.Config, stream []int32) ([]float
 	nll := make([]float64, 0, len(stream))
 	_, err = s.Decode(ctx, client.DecodeOptions{MaxTokens: len(stream) - 1, Forced: stream[1:], ReturnLogits: true}, func(t client.Token) error {
 		nll = append(nll, -logSoftmax(t.Logits, t.ID))
+		bar.Add(1)
 		return nil
 	})
 	return nll, err
@@ -178,8 +183,8 @@ func logSoftmax(logits []float32, id int32) float64 {
 // windowedNLL is the in-window reference: the stream cut into windows, each
 // scored in a fresh session from BOS, so no token ever sees a position past
 // the trained window. The first token of each window has no score (NaN).
-func windowedNLL(ctx context.Context, model string, stream []int32, w int) ([]float64, error) {
-	c, done, err := privateClient(ctx, sidecar.Config{ModelPath: model, ContextTokens: w + 16})
+func windowedNLL(ctx context.Context, model string, stream []int32, w int, bar *progress) ([]float64, error) {
+	c, done, err := privateClient(ctx, sidecar.Config{ModelPath: model, ContextTokens: w + 16, NoCold: true})
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +216,7 @@ func windowedNLL(ctx context.Context, model string, stream []int32, w int) ([]fl
 			}
 		}
 		s.Close(ctx)
+		bar.Add(1)
 	}
 	return out[:len(stream)-1], nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"path/filepath"
 
 	"github.com/ctxd/ctxd/internal/replay"
 	"github.com/ctxd/ctxd/internal/trace"
@@ -17,6 +18,8 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 	decodeTokens := fs.Int("decode-tokens", 4, "greedy tokens per turn")
 	model := fs.String("model", "", "start a private daemon with this model instead of using --socket")
 	ctxTokens := fs.Int("ctx", 0, "context of the private daemon (0: derived)")
+	saveSnap := fs.String("save-snapshot", "", "save the replayed session under this name and report its greedy continuation (final_tokens)")
+	finalTokens := fs.Int("final-tokens", 16, "greedy tokens generated after --save-snapshot")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
@@ -32,7 +35,7 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer done()
-	o := replay.Options{DecodeTokens: *decodeTokens, VerifyCold: *verifyCold}
+	o := replay.Options{DecodeTokens: *decodeTokens, VerifyCold: *verifyCold, SaveSnapshot: *saveSnap, FinalTokens: *finalTokens}
 	if !*asJSON {
 		header := fmt.Sprintf("%5s %14s %16s %14s %17s %11s", "turn", "prompt_tokens", "reusable_tokens", "reused_tokens", "prefilled_tokens", "latency_ms")
 		if *verifyCold {
@@ -47,7 +50,10 @@ func cmdReplay(ctx context.Context, e *env, args []string) error {
 			fmt.Fprintln(e.stdout, line)
 		}
 	}
+	bar := e.newProgress(filepath.Base(*tracePath), int64(len(tr.Turns())), "turns")
+	o.OnTurn = tick(bar, o.OnTurn)
 	rep, err := replay.Run(ctx, c, tr, o)
+	bar.Clear()
 	if err != nil {
 		return err
 	}
@@ -68,5 +74,8 @@ func printSummary(e *env, rep *replay.Report) {
 	if s.WarmColdRatio != nil {
 		fmt.Fprintf(e.stdout, "warm_cold_ratio %.3f (bound 3×(1−prompt_reuse) = %.3f)  cold_match_all %v  max_logit_diff %.3g\n",
 			*s.WarmColdRatio, *s.WarmColdBound, *s.ColdMatchAll, *s.MaxLogitDiff)
+	}
+	if s.Snapshot != "" {
+		fmt.Fprintf(e.stdout, "snapshot %s saved; final_tokens %v\n", s.Snapshot, s.FinalTokens)
 	}
 }

@@ -50,7 +50,7 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := sidecar.Config{ModelPath: *model, ContextTokens: *window, HotTokens: *window, Window: *window, ArenaBytes: int64(*tokens+8192) * 2048}
+	cfg := sidecar.Config{ModelPath: *model, ContextTokens: *window, HotTokens: *window, Window: *window, ArenaBytes: int64(*tokens+8192) * 2048, NoCold: true}
 	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return err
@@ -68,11 +68,24 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 			return 0, 0, nil, err
 		}
 		m := policy.Manifest{Segments: []policy.Segment{{ID: "context", Kind: policy.KindTerminal, Tokens: text[:n], Stable: true}}}
+		// The session is built in up to 50 growing EnsurePrefix calls (each
+		// keeps what is there and streams the rest in), so progress shows.
+		bar := e.newProgress(fmt.Sprintf("building %d tokens", n), int64(n), "tokens")
+		step := max(n/50, 4096)
 		t0 := time.Now()
-		if _, err := s.EnsurePrefix(ctx, m); err != nil {
-			return 0, 0, nil, err
+		for end := min(step, n); ; end = min(end+step, n) {
+			part := policy.Manifest{Segments: []policy.Segment{{ID: "context", Kind: policy.KindTerminal, Tokens: text[:end], Stable: true}}}
+			if _, err := s.EnsurePrefix(ctx, part); err != nil {
+				bar.Clear()
+				return 0, 0, nil, err
+			}
+			bar.Set(int64(end))
+			if end == n {
+				break
+			}
 		}
 		build = time.Since(t0)
+		bar.Clear()
 		progress("built %d tokens in %.1fs\n", n, build.Seconds())
 		var lat []float64
 		for k := 0; k < *turns; k++ {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -70,15 +71,59 @@ type daemon struct {
 // it running.
 func startDaemon(t *testing.T, args ...string) *daemon {
 	t.Helper()
+	return startCmd(t, daemonCmd(t, args, nil), false)
+}
+
+// daemonCmd is the command that runs ctxd with args and env added to a
+// hermetic environment: no user config file and no CTXD_* settings (the
+// tests that want a model pass --model).
+func daemonCmd(t *testing.T, args, env []string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), envMain+"=1", envArgs+"="+strings.Join(args, argSep))
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "CTXD_") {
+			continue
+		}
+		cmd.Env = append(cmd.Env, kv)
+	}
+	cmd.Env = append(cmd.Env, "XDG_CONFIG_HOME="+t.TempDir(), envMain+"=1", envArgs+"="+strings.Join(args, argSep))
+	cmd.Env = append(cmd.Env, env...)
+	return cmd
+}
+
+// startCmd starts cmd as a daemon. With journal, its stdout and stderr are
+// one pipe that JOURNAL_STREAM names, as under systemd.
+func startCmd(t *testing.T, cmd *exec.Cmd, journal bool) *daemon {
+	t.Helper()
 	d := &daemon{cmd: cmd, stderr: new(syncBuffer), done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = d.stderr, d.stderr
+	copied := make(chan struct{})
+	if journal {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(int(w.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		cmd.Env = append(cmd.Env, fmt.Sprintf("JOURNAL_STREAM=%d:%d", st.Dev, st.Ino))
+		cmd.Stdout, cmd.Stderr = w, w
+		defer w.Close()
+		go func() {
+			io.Copy(d.stderr, r)
+			r.Close()
+			close(copied)
+		}()
+	} else {
+		cmd.Stdout, cmd.Stderr = d.stderr, d.stderr
+		close(copied)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
 		cmd.Wait()
+		<-copied
 		d.state = cmd.ProcessState
 		close(d.done)
 	}()
@@ -303,7 +348,9 @@ func TestBadFlags(t *testing.T) {
 		{"missing model", []string{"--model", missing}, 1, []string{"not found", missing}},
 		{"unknown flag", []string{"--no-such-flag"}, 2, []string{"no-such-flag"}},
 		{"bad allow-uids", []string{"--allow-uids", "1000,bob"}, 2, []string{"--allow-uids", `"bob"`}},
-		{"negative ctx", []string{"--model", model, "--ctx", "-1"}, 1, []string{"--ctx -1"}},
+		{"negative ctx", []string{"--model", model, "--ctx", "-1"}, 2, []string{"invalid ctx = \"-1\" (flag --ctx): must not be negative"}},
+		{"non-integer batch", []string{"--model", model, "--batch", "abc"}, 2, []string{"invalid batch", "flag --batch", "not an integer"}},
+		{"stray argument", []string{"--model", model, "serve"}, 2, []string{`unexpected argument "serve"`}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,6 +17,10 @@ import (
 type Options struct {
 	DecodeTokens int  // greedy tokens per turn (default 4)
 	VerifyCold   bool // also run each turn cold in a fresh session
+	// SaveSnapshot, when set, saves the replayed session under this name
+	// and then generates FinalTokens greedy tokens (default 16) from it.
+	SaveSnapshot string
+	FinalTokens  int
 	// OnTurn, when set, sees each turn as it completes.
 	OnTurn func(Turn)
 }
@@ -60,6 +64,10 @@ type Summary struct {
 	MaxLogitDiff  *float64 `json:"max_logit_diff,omitempty"`
 	// WarmColdBound is 3 × (1 − prompt_reuse), the target for WarmColdRatio.
 	WarmColdBound *float64 `json:"warm_cold_bound,omitempty"`
+	// With SaveSnapshot: the snapshot and the greedy continuation after it
+	// (what "ctxctl snapshot restore NAME --generate N" must reproduce).
+	Snapshot    string  `json:"snapshot,omitempty"`
+	FinalTokens []int32 `json:"final_tokens,omitempty"`
 }
 
 // Report is a whole replay.
@@ -104,6 +112,23 @@ func Run(ctx context.Context, c *client.Client, tr *trace.Trajectory, o Options)
 		}
 	}
 	rep.Summary.fill(rep.Turns, o.VerifyCold)
+	if o.SaveSnapshot != "" {
+		if _, err := warm.Snapshot(ctx, o.SaveSnapshot); err != nil {
+			return rep, fmt.Errorf("saving snapshot %s: %w", o.SaveSnapshot, err)
+		}
+		n := o.FinalTokens
+		if n <= 0 {
+			n = 16
+		}
+		var final []int32
+		if _, err := warm.Decode(ctx, client.DecodeOptions{MaxTokens: n}, func(t client.Token) error {
+			final = append(final, t.ID)
+			return nil
+		}); err != nil {
+			return rep, fmt.Errorf("continuation after snapshot %s: %w", o.SaveSnapshot, err)
+		}
+		rep.Summary.Snapshot, rep.Summary.FinalTokens = o.SaveSnapshot, final
+	}
 	return rep, nil
 }
 
@@ -139,7 +164,8 @@ func runTurn(ctx context.Context, s *client.Session, turn trace.Turn, o Options)
 }
 
 func verifyCold(ctx context.Context, c *client.Client, turn trace.Turn, o Options, warm *Turn, warmLogits [][]float32) error {
-	s, err := c.OpenSession(ctx, "replay cold")
+	// A cold session: no resume from the warm session's snapshots.
+	s, _, err := c.OpenSessionOptions(ctx, client.SessionOptions{Name: "replay cold", Cold: true})
 	if err != nil {
 		return err
 	}

@@ -304,6 +304,13 @@ type Request struct {
 	//	*Request_Explain
 	//	*Request_CloseSession
 	//	*Request_Ping
+	//	*Request_Metrics
+	//	*Request_Snapshot
+	//	*Request_Restore
+	//	*Request_ListSnapshots
+	//	*Request_DeleteSnapshot
+	//	*Request_VerifyCold
+	//	*Request_ReportEdit
 	Body          isRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -445,6 +452,69 @@ func (x *Request) GetPing() *PingRequest {
 	return nil
 }
 
+func (x *Request) GetMetrics() *MetricsRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_Metrics); ok {
+			return x.Metrics
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetSnapshot() *SnapshotRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetRestore() *RestoreRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_Restore); ok {
+			return x.Restore
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetListSnapshots() *ListSnapshotsRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_ListSnapshots); ok {
+			return x.ListSnapshots
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetDeleteSnapshot() *DeleteSnapshotRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_DeleteSnapshot); ok {
+			return x.DeleteSnapshot
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetVerifyCold() *VerifyColdRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_VerifyCold); ok {
+			return x.VerifyCold
+		}
+	}
+	return nil
+}
+
+func (x *Request) GetReportEdit() *ReportEditRequest {
+	if x != nil {
+		if x, ok := x.Body.(*Request_ReportEdit); ok {
+			return x.ReportEdit
+		}
+	}
+	return nil
+}
+
 type isRequest_Body interface {
 	isRequest_Body()
 }
@@ -493,6 +563,34 @@ type Request_Ping struct {
 	Ping *PingRequest `protobuf:"bytes,11,opt,name=ping,proto3,oneof"`
 }
 
+type Request_Metrics struct {
+	Metrics *MetricsRequest `protobuf:"bytes,40,opt,name=metrics,proto3,oneof"` // 40-49: metrics and tracing
+}
+
+type Request_Snapshot struct {
+	Snapshot *SnapshotRequest `protobuf:"bytes,30,opt,name=snapshot,proto3,oneof"`
+}
+
+type Request_Restore struct {
+	Restore *RestoreRequest `protobuf:"bytes,31,opt,name=restore,proto3,oneof"`
+}
+
+type Request_ListSnapshots struct {
+	ListSnapshots *ListSnapshotsRequest `protobuf:"bytes,32,opt,name=list_snapshots,json=listSnapshots,proto3,oneof"`
+}
+
+type Request_DeleteSnapshot struct {
+	DeleteSnapshot *DeleteSnapshotRequest `protobuf:"bytes,33,opt,name=delete_snapshot,json=deleteSnapshot,proto3,oneof"`
+}
+
+type Request_VerifyCold struct {
+	VerifyCold *VerifyColdRequest `protobuf:"bytes,34,opt,name=verify_cold,json=verifyCold,proto3,oneof"`
+}
+
+type Request_ReportEdit struct {
+	ReportEdit *ReportEditRequest `protobuf:"bytes,35,opt,name=report_edit,json=reportEdit,proto3,oneof"`
+}
+
 func (*Request_Hello) isRequest_Body() {}
 
 func (*Request_Status) isRequest_Body() {}
@@ -515,6 +613,20 @@ func (*Request_CloseSession) isRequest_Body() {}
 
 func (*Request_Ping) isRequest_Body() {}
 
+func (*Request_Metrics) isRequest_Body() {}
+
+func (*Request_Snapshot) isRequest_Body() {}
+
+func (*Request_Restore) isRequest_Body() {}
+
+func (*Request_ListSnapshots) isRequest_Body() {}
+
+func (*Request_DeleteSnapshot) isRequest_Body() {}
+
+func (*Request_VerifyCold) isRequest_Body() {}
+
+func (*Request_ReportEdit) isRequest_Body() {}
+
 type Response struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Error *Error                 `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"` // set when the call failed; body is then unset
@@ -531,6 +643,13 @@ type Response struct {
 	//	*Response_Explain
 	//	*Response_CloseSession
 	//	*Response_Ping
+	//	*Response_Metrics
+	//	*Response_Snapshot
+	//	*Response_Restore
+	//	*Response_ListSnapshots
+	//	*Response_DeleteSnapshot
+	//	*Response_VerifyCold
+	//	*Response_ReportEdit
 	Body          isResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -679,6 +798,69 @@ func (x *Response) GetPing() *PingReply {
 	return nil
 }
 
+func (x *Response) GetMetrics() *MetricsReply {
+	if x != nil {
+		if x, ok := x.Body.(*Response_Metrics); ok {
+			return x.Metrics
+		}
+	}
+	return nil
+}
+
+func (x *Response) GetSnapshot() *SnapshotReply {
+	if x != nil {
+		if x, ok := x.Body.(*Response_Snapshot); ok {
+			return x.Snapshot
+		}
+	}
+	return nil
+}
+
+func (x *Response) GetRestore() *RestoreReply {
+	if x != nil {
+		if x, ok := x.Body.(*Response_Restore); ok {
+			return x.Restore
+		}
+	}
+	return nil
+}
+
+func (x *Response) GetListSnapshots() *ListSnapshotsReply {
+	if x != nil {
+		if x, ok := x.Body.(*Response_ListSnapshots); ok {
+			return x.ListSnapshots
+		}
+	}
+	return nil
+}
+
+func (x *Response) GetDeleteSnapshot() *DeleteSnapshotReply {
+	if x != nil {
+		if x, ok := x.Body.(*Response_DeleteSnapshot); ok {
+			return x.DeleteSnapshot
+		}
+	}
+	return nil
+}
+
+func (x *Response) GetVerifyCold() *VerifyColdReply {
+	if x != nil {
+		if x, ok := x.Body.(*Response_VerifyCold); ok {
+			return x.VerifyCold
+		}
+	}
+	return nil
+}
+
+func (x *Response) GetReportEdit() *ReportEditReply {
+	if x != nil {
+		if x, ok := x.Body.(*Response_ReportEdit); ok {
+			return x.ReportEdit
+		}
+	}
+	return nil
+}
+
 type isResponse_Body interface {
 	isResponse_Body()
 }
@@ -727,6 +909,34 @@ type Response_Ping struct {
 	Ping *PingReply `protobuf:"bytes,12,opt,name=ping,proto3,oneof"`
 }
 
+type Response_Metrics struct {
+	Metrics *MetricsReply `protobuf:"bytes,40,opt,name=metrics,proto3,oneof"`
+}
+
+type Response_Snapshot struct {
+	Snapshot *SnapshotReply `protobuf:"bytes,30,opt,name=snapshot,proto3,oneof"`
+}
+
+type Response_Restore struct {
+	Restore *RestoreReply `protobuf:"bytes,31,opt,name=restore,proto3,oneof"`
+}
+
+type Response_ListSnapshots struct {
+	ListSnapshots *ListSnapshotsReply `protobuf:"bytes,32,opt,name=list_snapshots,json=listSnapshots,proto3,oneof"`
+}
+
+type Response_DeleteSnapshot struct {
+	DeleteSnapshot *DeleteSnapshotReply `protobuf:"bytes,33,opt,name=delete_snapshot,json=deleteSnapshot,proto3,oneof"`
+}
+
+type Response_VerifyCold struct {
+	VerifyCold *VerifyColdReply `protobuf:"bytes,34,opt,name=verify_cold,json=verifyCold,proto3,oneof"`
+}
+
+type Response_ReportEdit struct {
+	ReportEdit *ReportEditReply `protobuf:"bytes,35,opt,name=report_edit,json=reportEdit,proto3,oneof"`
+}
+
 func (*Response_Hello) isResponse_Body() {}
 
 func (*Response_Status) isResponse_Body() {}
@@ -748,6 +958,20 @@ func (*Response_Explain) isResponse_Body() {}
 func (*Response_CloseSession) isResponse_Body() {}
 
 func (*Response_Ping) isResponse_Body() {}
+
+func (*Response_Metrics) isResponse_Body() {}
+
+func (*Response_Snapshot) isResponse_Body() {}
+
+func (*Response_Restore) isResponse_Body() {}
+
+func (*Response_ListSnapshots) isResponse_Body() {}
+
+func (*Response_DeleteSnapshot) isResponse_Body() {}
+
+func (*Response_VerifyCold) isResponse_Body() {}
+
+func (*Response_ReportEdit) isResponse_Body() {}
 
 // StreamEvent travels in DATA frames of a streaming call (Decode).
 type StreamEvent struct {
@@ -1884,8 +2108,14 @@ func (x *Manifest) GetTemplate() string {
 }
 
 type OpenSessionRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // free-form label for operators
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // free-form label for operators
+	// manifest, when set, is ensured at once (as EnsurePrefix would), so a
+	// manifest whose stable prefix matches a snapshot resumes from it.
+	Manifest *Manifest `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	// cold: the session never resumes from a snapshot and takes no automatic
+	// snapshot (verification of cold prefill, throwaway sessions).
+	Cold          bool `protobuf:"varint,3,opt,name=cold,proto3" json:"cold,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1927,11 +2157,26 @@ func (x *OpenSessionRequest) GetName() string {
 	return ""
 }
 
+func (x *OpenSessionRequest) GetManifest() *Manifest {
+	if x != nil {
+		return x.Manifest
+	}
+	return nil
+}
+
+func (x *OpenSessionRequest) GetCold() bool {
+	if x != nil {
+		return x.Cold
+	}
+	return false
+}
+
 type OpenSessionReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	ContextTokens int64                  `protobuf:"varint,2,opt,name=context_tokens,json=contextTokens,proto3" json:"context_tokens,omitempty"`
 	CompatKey     string                 `protobuf:"bytes,3,opt,name=compat_key,json=compatKey,proto3" json:"compat_key,omitempty"`
+	Prefix        *PrefixReply           `protobuf:"bytes,4,opt,name=prefix,proto3" json:"prefix,omitempty"` // with a manifest: what ensuring it did
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1985,6 +2230,13 @@ func (x *OpenSessionReply) GetCompatKey() string {
 		return x.CompatKey
 	}
 	return ""
+}
+
+func (x *OpenSessionReply) GetPrefix() *PrefixReply {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
 }
 
 type EnsurePrefixRequest struct {
@@ -2101,6 +2353,10 @@ type PrefixReply struct {
 	PrefilledTokens int64                  `protobuf:"varint,4,opt,name=prefilled_tokens,json=prefilledTokens,proto3" json:"prefilled_tokens,omitempty"`
 	DroppedTokens   int64                  `protobuf:"varint,5,opt,name=dropped_tokens,json=droppedTokens,proto3" json:"dropped_tokens,omitempty"` // tokens removed from the KV
 	ElapsedUs       int64                  `protobuf:"varint,6,opt,name=elapsed_us,json=elapsedUs,proto3" json:"elapsed_us,omitempty"`
+	// Cross-session resume: the snapshot an empty session resumed from and
+	// the tokens it brought back without prefill.
+	ResumedSnapshot string `protobuf:"bytes,7,opt,name=resumed_snapshot,json=resumedSnapshot,proto3" json:"resumed_snapshot,omitempty"`
+	ResumedTokens   int64  `protobuf:"varint,8,opt,name=resumed_tokens,json=resumedTokens,proto3" json:"resumed_tokens,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -2173,6 +2429,20 @@ func (x *PrefixReply) GetDroppedTokens() int64 {
 func (x *PrefixReply) GetElapsedUs() int64 {
 	if x != nil {
 		return x.ElapsedUs
+	}
+	return 0
+}
+
+func (x *PrefixReply) GetResumedSnapshot() string {
+	if x != nil {
+		return x.ResumedSnapshot
+	}
+	return ""
+}
+
+func (x *PrefixReply) GetResumedTokens() int64 {
+	if x != nil {
+		return x.ResumedTokens
 	}
 	return 0
 }
@@ -2719,8 +2989,15 @@ type ExplainReply struct {
 	Diagnostics     []string          `protobuf:"bytes,16,rep,name=diagnostics,proto3" json:"diagnostics,omitempty"`
 	Evictions       int64             `protobuf:"varint,17,opt,name=evictions,proto3" json:"evictions,omitempty"`
 	Admissions      int64             `protobuf:"varint,18,opt,name=admissions,proto3" json:"admissions,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	Restore         *RestoreReport    `protobuf:"bytes,19,opt,name=restore,proto3" json:"restore,omitempty"`                          // the last restore or resume, if any
+	Cold            *ColdStatus       `protobuf:"bytes,20,opt,name=cold,proto3" json:"cold,omitempty"`                                // the SSD tier
+	ColdBlocks      int64             `protobuf:"varint,21,opt,name=cold_blocks,json=coldBlocks,proto3" json:"cold_blocks,omitempty"` // spilled from a full arena to the SSD tier
+	ColdTokens      int64             `protobuf:"varint,22,opt,name=cold_tokens,json=coldTokens,proto3" json:"cold_tokens,omitempty"`
+	// hot_ranges are the stream's token ranges in the engine now, in stream
+	// order (hot-set mode; a dense session's is the whole stream).
+	HotRanges     []*TokenRange `protobuf:"bytes,23,rep,name=hot_ranges,json=hotRanges,proto3" json:"hot_ranges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExplainReply) Reset() {
@@ -2879,6 +3156,1169 @@ func (x *ExplainReply) GetAdmissions() int64 {
 	return 0
 }
 
+func (x *ExplainReply) GetRestore() *RestoreReport {
+	if x != nil {
+		return x.Restore
+	}
+	return nil
+}
+
+func (x *ExplainReply) GetCold() *ColdStatus {
+	if x != nil {
+		return x.Cold
+	}
+	return nil
+}
+
+func (x *ExplainReply) GetColdBlocks() int64 {
+	if x != nil {
+		return x.ColdBlocks
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetColdTokens() int64 {
+	if x != nil {
+		return x.ColdTokens
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetHotRanges() []*TokenRange {
+	if x != nil {
+		return x.HotRanges
+	}
+	return nil
+}
+
+type TokenRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         int64                  `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           int64                  `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TokenRange) Reset() {
+	*x = TokenRange{}
+	mi := &file_ctxd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenRange) ProtoMessage() {}
+
+func (x *TokenRange) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenRange.ProtoReflect.Descriptor instead.
+func (*TokenRange) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *TokenRange) GetStart() int64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *TokenRange) GetEnd() int64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+// RestoreReport says how a session's KV came back: per block, restored
+// from the arena or the SSD tier, or recomputed, chosen from throughputs
+// measured on this machine.
+type RestoreReport struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot            string                 `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	Tokens              int64                  `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	RestoredBlocks      int64                  `protobuf:"varint,3,opt,name=restored_blocks,json=restoredBlocks,proto3" json:"restored_blocks,omitempty"`
+	RestoredTokens      int64                  `protobuf:"varint,4,opt,name=restored_tokens,json=restoredTokens,proto3" json:"restored_tokens,omitempty"`
+	RecomputedBlocks    int64                  `protobuf:"varint,5,opt,name=recomputed_blocks,json=recomputedBlocks,proto3" json:"recomputed_blocks,omitempty"`
+	RecomputedTokens    int64                  `protobuf:"varint,6,opt,name=recomputed_tokens,json=recomputedTokens,proto3" json:"recomputed_tokens,omitempty"`
+	CompressedBytes     int64                  `protobuf:"varint,7,opt,name=compressed_bytes,json=compressedBytes,proto3" json:"compressed_bytes,omitempty"`
+	RawBytes            int64                  `protobuf:"varint,8,opt,name=raw_bytes,json=rawBytes,proto3" json:"raw_bytes,omitempty"`
+	ElapsedUs           int64                  `protobuf:"varint,9,opt,name=elapsed_us,json=elapsedUs,proto3" json:"elapsed_us,omitempty"`
+	PrefillTokensPerS   float64                `protobuf:"fixed64,10,opt,name=prefill_tokens_per_s,json=prefillTokensPerS,proto3" json:"prefill_tokens_per_s,omitempty"`       // measured at model load
+	DecompressBytesPerS float64                `protobuf:"fixed64,11,opt,name=decompress_bytes_per_s,json=decompressBytesPerS,proto3" json:"decompress_bytes_per_s,omitempty"` // measured at model load
+	ReadBytesPerS       float64                `protobuf:"fixed64,12,opt,name=read_bytes_per_s,json=readBytesPerS,proto3" json:"read_bytes_per_s,omitempty"`                   // measured on SSD reads
+	Choice              string                 `protobuf:"bytes,13,opt,name=choice,proto3" json:"choice,omitempty"`                                                            // why blocks were restored or recomputed
+	Automatic           bool                   `protobuf:"varint,14,opt,name=automatic,proto3" json:"automatic,omitempty"`                                                     // a cross-session resume, not an explicit restore
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *RestoreReport) Reset() {
+	*x = RestoreReport{}
+	mi := &file_ctxd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreReport) ProtoMessage() {}
+
+func (x *RestoreReport) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreReport.ProtoReflect.Descriptor instead.
+func (*RestoreReport) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RestoreReport) GetSnapshot() string {
+	if x != nil {
+		return x.Snapshot
+	}
+	return ""
+}
+
+func (x *RestoreReport) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetRestoredBlocks() int64 {
+	if x != nil {
+		return x.RestoredBlocks
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetRestoredTokens() int64 {
+	if x != nil {
+		return x.RestoredTokens
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetRecomputedBlocks() int64 {
+	if x != nil {
+		return x.RecomputedBlocks
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetRecomputedTokens() int64 {
+	if x != nil {
+		return x.RecomputedTokens
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetCompressedBytes() int64 {
+	if x != nil {
+		return x.CompressedBytes
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetRawBytes() int64 {
+	if x != nil {
+		return x.RawBytes
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetElapsedUs() int64 {
+	if x != nil {
+		return x.ElapsedUs
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetPrefillTokensPerS() float64 {
+	if x != nil {
+		return x.PrefillTokensPerS
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetDecompressBytesPerS() float64 {
+	if x != nil {
+		return x.DecompressBytesPerS
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetReadBytesPerS() float64 {
+	if x != nil {
+		return x.ReadBytesPerS
+	}
+	return 0
+}
+
+func (x *RestoreReport) GetChoice() string {
+	if x != nil {
+		return x.Choice
+	}
+	return ""
+}
+
+func (x *RestoreReport) GetAutomatic() bool {
+	if x != nil {
+		return x.Automatic
+	}
+	return false
+}
+
+type ColdStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Enabled       bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	Dir           string                 `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Blocks        int64                  `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Bytes         int64                  `protobuf:"varint,4,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	RawBytes      int64                  `protobuf:"varint,5,opt,name=raw_bytes,json=rawBytes,proto3" json:"raw_bytes,omitempty"`
+	QuotaBytes    int64                  `protobuf:"varint,6,opt,name=quota_bytes,json=quotaBytes,proto3" json:"quota_bytes,omitempty"`
+	Queued        int64                  `protobuf:"varint,7,opt,name=queued,proto3" json:"queued,omitempty"`
+	Written       int64                  `protobuf:"varint,8,opt,name=written,proto3" json:"written,omitempty"`
+	Failed        int64                  `protobuf:"varint,9,opt,name=failed,proto3" json:"failed,omitempty"`
+	Unavailable   string                 `protobuf:"bytes,10,opt,name=unavailable,proto3" json:"unavailable,omitempty"` // why the tier stands aside, when it does
+	Snapshots     int32                  `protobuf:"varint,11,opt,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdStatus) Reset() {
+	*x = ColdStatus{}
+	mi := &file_ctxd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdStatus) ProtoMessage() {}
+
+func (x *ColdStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdStatus.ProtoReflect.Descriptor instead.
+func (*ColdStatus) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ColdStatus) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *ColdStatus) GetDir() string {
+	if x != nil {
+		return x.Dir
+	}
+	return ""
+}
+
+func (x *ColdStatus) GetBlocks() int64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *ColdStatus) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ColdStatus) GetRawBytes() int64 {
+	if x != nil {
+		return x.RawBytes
+	}
+	return 0
+}
+
+func (x *ColdStatus) GetQuotaBytes() int64 {
+	if x != nil {
+		return x.QuotaBytes
+	}
+	return 0
+}
+
+func (x *ColdStatus) GetQueued() int64 {
+	if x != nil {
+		return x.Queued
+	}
+	return 0
+}
+
+func (x *ColdStatus) GetWritten() int64 {
+	if x != nil {
+		return x.Written
+	}
+	return 0
+}
+
+func (x *ColdStatus) GetFailed() int64 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *ColdStatus) GetUnavailable() string {
+	if x != nil {
+		return x.Unavailable
+	}
+	return ""
+}
+
+func (x *ColdStatus) GetSnapshots() int32 {
+	if x != nil {
+		return x.Snapshots
+	}
+	return 0
+}
+
+// SnapshotRequest saves a session: manifest, ordered block list and
+// metadata, written atomically. session_id 0 names the most recently used
+// session (operators' tools).
+type SnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"` // [A-Za-z0-9._-]{1,128}
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotRequest) Reset() {
+	*x = SnapshotRequest{}
+	mi := &file_ctxd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotRequest) ProtoMessage() {}
+
+func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
+func (*SnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SnapshotRequest) GetSessionId() uint64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *SnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SnapshotReply struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Tokens          int64                  `protobuf:"varint,2,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Blocks          int32                  `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	NewBlocks       int32                  `protobuf:"varint,4,opt,name=new_blocks,json=newBlocks,proto3" json:"new_blocks,omitempty"` // blocks written now; the rest were stored already
+	RawBytes        int64                  `protobuf:"varint,5,opt,name=raw_bytes,json=rawBytes,proto3" json:"raw_bytes,omitempty"`
+	CompressedBytes int64                  `protobuf:"varint,6,opt,name=compressed_bytes,json=compressedBytes,proto3" json:"compressed_bytes,omitempty"`
+	ElapsedUs       int64                  `protobuf:"varint,7,opt,name=elapsed_us,json=elapsedUs,proto3" json:"elapsed_us,omitempty"`
+	SessionId       uint64                 `protobuf:"varint,8,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SnapshotReply) Reset() {
+	*x = SnapshotReply{}
+	mi := &file_ctxd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotReply) ProtoMessage() {}
+
+func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotReply.ProtoReflect.Descriptor instead.
+func (*SnapshotReply) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *SnapshotReply) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SnapshotReply) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *SnapshotReply) GetBlocks() int32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *SnapshotReply) GetNewBlocks() int32 {
+	if x != nil {
+		return x.NewBlocks
+	}
+	return 0
+}
+
+func (x *SnapshotReply) GetRawBytes() int64 {
+	if x != nil {
+		return x.RawBytes
+	}
+	return 0
+}
+
+func (x *SnapshotReply) GetCompressedBytes() int64 {
+	if x != nil {
+		return x.CompressedBytes
+	}
+	return 0
+}
+
+func (x *SnapshotReply) GetElapsedUs() int64 {
+	if x != nil {
+		return x.ElapsedUs
+	}
+	return 0
+}
+
+func (x *SnapshotReply) GetSessionId() uint64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+// RestoreRequest replaces the session's state with a snapshot's.
+type RestoreRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreRequest) Reset() {
+	*x = RestoreRequest{}
+	mi := &file_ctxd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreRequest) ProtoMessage() {}
+
+func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
+func (*RestoreRequest) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RestoreRequest) GetSessionId() uint64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *RestoreRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RestoreReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Report        *RestoreReport         `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreReply) Reset() {
+	*x = RestoreReply{}
+	mi := &file_ctxd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreReply) ProtoMessage() {}
+
+func (x *RestoreReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreReply.ProtoReflect.Descriptor instead.
+func (*RestoreReply) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *RestoreReply) GetReport() *RestoreReport {
+	if x != nil {
+		return x.Report
+	}
+	return nil
+}
+
+type ListSnapshotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_ctxd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{39}
+}
+
+type SnapshotInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	CreatedUnixMs int64                  `protobuf:"varint,2,opt,name=created_unix_ms,json=createdUnixMs,proto3" json:"created_unix_ms,omitempty"`
+	Tokens        int64                  `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Blocks        int32                  `protobuf:"varint,4,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	Bytes         int64                  `protobuf:"varint,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	ModelDigest   string                 `protobuf:"bytes,6,opt,name=model_digest,json=modelDigest,proto3" json:"model_digest,omitempty"`
+	KvType        string                 `protobuf:"bytes,7,opt,name=kv_type,json=kvType,proto3" json:"kv_type,omitempty"`
+	Compatible    bool                   `protobuf:"varint,8,opt,name=compatible,proto3" json:"compatible,omitempty"` // with the loaded model and settings
+	Mode          string                 `protobuf:"bytes,9,opt,name=mode,proto3" json:"mode,omitempty"`              // "dense" or "hot"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotInfo) Reset() {
+	*x = SnapshotInfo{}
+	mi := &file_ctxd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotInfo) ProtoMessage() {}
+
+func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
+func (*SnapshotInfo) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *SnapshotInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SnapshotInfo) GetCreatedUnixMs() int64 {
+	if x != nil {
+		return x.CreatedUnixMs
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetBlocks() int32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *SnapshotInfo) GetModelDigest() string {
+	if x != nil {
+		return x.ModelDigest
+	}
+	return ""
+}
+
+func (x *SnapshotInfo) GetKvType() string {
+	if x != nil {
+		return x.KvType
+	}
+	return ""
+}
+
+func (x *SnapshotInfo) GetCompatible() bool {
+	if x != nil {
+		return x.Compatible
+	}
+	return false
+}
+
+func (x *SnapshotInfo) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+type ListSnapshotsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*SnapshotInfo        `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	Cold          *ColdStatus            `protobuf:"bytes,2,opt,name=cold,proto3" json:"cold,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsReply) Reset() {
+	*x = ListSnapshotsReply{}
+	mi := &file_ctxd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsReply) ProtoMessage() {}
+
+func (x *ListSnapshotsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsReply.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsReply) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ListSnapshotsReply) GetSnapshots() []*SnapshotInfo {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+func (x *ListSnapshotsReply) GetCold() *ColdStatus {
+	if x != nil {
+		return x.Cold
+	}
+	return nil
+}
+
+type DeleteSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_ctxd_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DeleteSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSnapshotReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotReply) Reset() {
+	*x = DeleteSnapshotReply{}
+	mi := &file_ctxd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotReply) ProtoMessage() {}
+
+func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotReply.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotReply) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{43}
+}
+
+type VerifyColdRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyColdRequest) Reset() {
+	*x = VerifyColdRequest{}
+	mi := &file_ctxd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyColdRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyColdRequest) ProtoMessage() {}
+
+func (x *VerifyColdRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyColdRequest.ProtoReflect.Descriptor instead.
+func (*VerifyColdRequest) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{44}
+}
+
+type ColdProblem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Error         string                 `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ColdProblem) Reset() {
+	*x = ColdProblem{}
+	mi := &file_ctxd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ColdProblem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ColdProblem) ProtoMessage() {}
+
+func (x *ColdProblem) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ColdProblem.ProtoReflect.Descriptor instead.
+func (*ColdProblem) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ColdProblem) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ColdProblem) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ColdProblem) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type VerifyColdReply struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Problems         []*ColdProblem         `protobuf:"bytes,1,rep,name=problems,proto3" json:"problems,omitempty"`
+	BlocksChecked    int64                  `protobuf:"varint,2,opt,name=blocks_checked,json=blocksChecked,proto3" json:"blocks_checked,omitempty"`
+	SnapshotsChecked int32                  `protobuf:"varint,3,opt,name=snapshots_checked,json=snapshotsChecked,proto3" json:"snapshots_checked,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *VerifyColdReply) Reset() {
+	*x = VerifyColdReply{}
+	mi := &file_ctxd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyColdReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyColdReply) ProtoMessage() {}
+
+func (x *VerifyColdReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyColdReply.ProtoReflect.Descriptor instead.
+func (*VerifyColdReply) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *VerifyColdReply) GetProblems() []*ColdProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+func (x *VerifyColdReply) GetBlocksChecked() int64 {
+	if x != nil {
+		return x.BlocksChecked
+	}
+	return 0
+}
+
+func (x *VerifyColdReply) GetSnapshotsChecked() int32 {
+	if x != nil {
+		return x.SnapshotsChecked
+	}
+	return 0
+}
+
+// ReportEditRequest tells ctxd that files were edited: every segment
+// marked invalidate_on_edit that lists one of paths is dropped from the
+// session's KV now, with everything after it (it attended to the old
+// text); the next EnsurePrefix prefills from there. session_id 0 applies
+// to every session of the calling connection.
+type ReportEditRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Paths         []string               `protobuf:"bytes,2,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportEditRequest) Reset() {
+	*x = ReportEditRequest{}
+	mi := &file_ctxd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportEditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportEditRequest) ProtoMessage() {}
+
+func (x *ReportEditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportEditRequest.ProtoReflect.Descriptor instead.
+func (*ReportEditRequest) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ReportEditRequest) GetSessionId() uint64 {
+	if x != nil {
+		return x.SessionId
+	}
+	return 0
+}
+
+func (x *ReportEditRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+type ReportEditReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      int32                  `protobuf:"varint,1,opt,name=sessions,proto3" json:"sessions,omitempty"`                                // sessions that held an invalidated segment
+	Segments      []string               `protobuf:"bytes,2,rep,name=segments,proto3" json:"segments,omitempty"`                                 // ids of the invalidated segments
+	DroppedTokens int64                  `protobuf:"varint,3,opt,name=dropped_tokens,json=droppedTokens,proto3" json:"dropped_tokens,omitempty"` // tokens removed from the KV
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportEditReply) Reset() {
+	*x = ReportEditReply{}
+	mi := &file_ctxd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportEditReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportEditReply) ProtoMessage() {}
+
+func (x *ReportEditReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportEditReply.ProtoReflect.Descriptor instead.
+func (*ReportEditReply) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReportEditReply) GetSessions() int32 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *ReportEditReply) GetSegments() []string {
+	if x != nil {
+		return x.Segments
+	}
+	return nil
+}
+
+func (x *ReportEditReply) GetDroppedTokens() int64 {
+	if x != nil {
+		return x.DroppedTokens
+	}
+	return 0
+}
+
 type CloseSessionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -2888,7 +4328,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2900,7 +4340,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2913,7 +4353,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{32}
+	return file_ctxd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CloseSessionRequest) GetSessionId() uint64 {
@@ -2931,7 +4371,7 @@ type CloseSessionReply struct {
 
 func (x *CloseSessionReply) Reset() {
 	*x = CloseSessionReply{}
-	mi := &file_ctxd_proto_msgTypes[33]
+	mi := &file_ctxd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2943,7 +4383,7 @@ func (x *CloseSessionReply) String() string {
 func (*CloseSessionReply) ProtoMessage() {}
 
 func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[33]
+	mi := &file_ctxd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2956,7 +4396,272 @@ func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionReply.ProtoReflect.Descriptor instead.
 func (*CloseSessionReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{33}
+	return file_ctxd_proto_rawDescGZIP(), []int{50}
+}
+
+// MetricsRequest asks for the daemon's counters, gauges and Go-side
+// timings, and for what an eBPF tracer needs to attach to it.
+type MetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NoText        bool                   `protobuf:"varint,1,opt,name=no_text,json=noText,proto3" json:"no_text,omitempty"` // leave prometheus_text empty (tracers polling ranges)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MetricsRequest) Reset() {
+	*x = MetricsRequest{}
+	mi := &file_ctxd_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsRequest) ProtoMessage() {}
+
+func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
+func (*MetricsRequest) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *MetricsRequest) GetNoText() bool {
+	if x != nil {
+		return x.NoText
+	}
+	return false
+}
+
+// TimingHistogram is one Go-side timing as a log2 histogram of
+// nanoseconds: buckets[k] counts observations v with 2^k <= v < 2^(k+1) ns
+// (bucket 0 also holds v < 1 ns). Measured with Prometheus buckets at
+// powers of two from 256 ns, so buckets below 7 stay empty (faster
+// observations count in bucket 7) and the edges are exact to the bucket.
+type TimingHistogram struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // e.g. "phase.arena_lookup", "fetch.arena", "request.decode"
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	SumNs         float64                `protobuf:"fixed64,3,opt,name=sum_ns,json=sumNs,proto3" json:"sum_ns,omitempty"`
+	Buckets       []uint64               `protobuf:"varint,4,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TimingHistogram) Reset() {
+	*x = TimingHistogram{}
+	mi := &file_ctxd_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TimingHistogram) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TimingHistogram) ProtoMessage() {}
+
+func (x *TimingHistogram) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TimingHistogram.ProtoReflect.Descriptor instead.
+func (*TimingHistogram) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *TimingHistogram) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TimingHistogram) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *TimingHistogram) GetSumNs() float64 {
+	if x != nil {
+		return x.SumNs
+	}
+	return 0
+}
+
+func (x *TimingHistogram) GetBuckets() []uint64 {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+// ArenaRange is one mapped region file of the host-RAM arena in the
+// daemon's address space: [start, end).
+type ArenaRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         uint64                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint64                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	Path          string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArenaRange) Reset() {
+	*x = ArenaRange{}
+	mi := &file_ctxd_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArenaRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArenaRange) ProtoMessage() {}
+
+func (x *ArenaRange) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArenaRange.ProtoReflect.Descriptor instead.
+func (*ArenaRange) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ArenaRange) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ArenaRange) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *ArenaRange) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type MetricsReply struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	PrometheusText string                 `protobuf:"bytes,1,opt,name=prometheus_text,json=prometheusText,proto3" json:"prometheus_text,omitempty"` // the text exposition format, version 0.0.4
+	Histograms     []*TimingHistogram     `protobuf:"bytes,2,rep,name=histograms,proto3" json:"histograms,omitempty"`
+	ArenaRanges    []*ArenaRange          `protobuf:"bytes,3,rep,name=arena_ranges,json=arenaRanges,proto3" json:"arena_ranges,omitempty"`                                                // empty without a hot-set model
+	Pid            int32                  `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`                                                                                  // the daemon's process id
+	Executable     string                 `protobuf:"bytes,5,opt,name=executable,proto3" json:"executable,omitempty"`                                                                     // its executable (for uprobes)
+	Values         map[string]float64     `protobuf:"bytes,6,rep,name=values,proto3" json:"values,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"` // counters and gauges: "name{label=\"v\"}" -> value
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *MetricsReply) Reset() {
+	*x = MetricsReply{}
+	mi := &file_ctxd_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MetricsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MetricsReply) ProtoMessage() {}
+
+func (x *MetricsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MetricsReply.ProtoReflect.Descriptor instead.
+func (*MetricsReply) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *MetricsReply) GetPrometheusText() string {
+	if x != nil {
+		return x.PrometheusText
+	}
+	return ""
+}
+
+func (x *MetricsReply) GetHistograms() []*TimingHistogram {
+	if x != nil {
+		return x.Histograms
+	}
+	return nil
+}
+
+func (x *MetricsReply) GetArenaRanges() []*ArenaRange {
+	if x != nil {
+		return x.ArenaRanges
+	}
+	return nil
+}
+
+func (x *MetricsReply) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *MetricsReply) GetExecutable() string {
+	if x != nil {
+		return x.Executable
+	}
+	return ""
+}
+
+func (x *MetricsReply) GetValues() map[string]float64 {
+	if x != nil {
+		return x.Values
+	}
+	return nil
 }
 
 var File_ctxd_proto protoreflect.FileDescriptor
@@ -2964,7 +4669,7 @@ var File_ctxd_proto protoreflect.FileDescriptor
 const file_ctxd_proto_rawDesc = "" +
 	"\n" +
 	"\n" +
-	"ctxd.proto\x12\actxd.v1\"\x97\x05\n" +
+	"ctxd.proto\x12\actxd.v1\"\xca\b\n" +
 	"\aRequest\x12-\n" +
 	"\x05hello\x18\x01 \x01(\v2\x15.ctxd.v1.HelloRequestH\x00R\x05hello\x120\n" +
 	"\x06status\x18\x02 \x01(\v2\x16.ctxd.v1.StatusRequestH\x00R\x06status\x12:\n" +
@@ -2978,8 +4683,17 @@ const file_ctxd_proto_rawDesc = "" +
 	"\aexplain\x18\t \x01(\v2\x17.ctxd.v1.ExplainRequestH\x00R\aexplain\x12C\n" +
 	"\rclose_session\x18\n" +
 	" \x01(\v2\x1c.ctxd.v1.CloseSessionRequestH\x00R\fcloseSession\x12*\n" +
-	"\x04ping\x18\v \x01(\v2\x14.ctxd.v1.PingRequestH\x00R\x04pingB\x06\n" +
-	"\x04body\"\x9b\x05\n" +
+	"\x04ping\x18\v \x01(\v2\x14.ctxd.v1.PingRequestH\x00R\x04ping\x123\n" +
+	"\ametrics\x18( \x01(\v2\x17.ctxd.v1.MetricsRequestH\x00R\ametrics\x126\n" +
+	"\bsnapshot\x18\x1e \x01(\v2\x18.ctxd.v1.SnapshotRequestH\x00R\bsnapshot\x123\n" +
+	"\arestore\x18\x1f \x01(\v2\x17.ctxd.v1.RestoreRequestH\x00R\arestore\x12F\n" +
+	"\x0elist_snapshots\x18  \x01(\v2\x1d.ctxd.v1.ListSnapshotsRequestH\x00R\rlistSnapshots\x12I\n" +
+	"\x0fdelete_snapshot\x18! \x01(\v2\x1e.ctxd.v1.DeleteSnapshotRequestH\x00R\x0edeleteSnapshot\x12=\n" +
+	"\vverify_cold\x18\" \x01(\v2\x1a.ctxd.v1.VerifyColdRequestH\x00R\n" +
+	"verifyCold\x12=\n" +
+	"\vreport_edit\x18# \x01(\v2\x1a.ctxd.v1.ReportEditRequestH\x00R\n" +
+	"reportEditB\x06\n" +
+	"\x04body\"\xc0\b\n" +
 	"\bResponse\x12$\n" +
 	"\x05error\x18\x01 \x01(\v2\x0e.ctxd.v1.ErrorR\x05error\x12+\n" +
 	"\x05hello\x18\x02 \x01(\v2\x13.ctxd.v1.HelloReplyH\x00R\x05hello\x12.\n" +
@@ -2994,7 +4708,16 @@ const file_ctxd_proto_rawDesc = "" +
 	"\aexplain\x18\n" +
 	" \x01(\v2\x15.ctxd.v1.ExplainReplyH\x00R\aexplain\x12A\n" +
 	"\rclose_session\x18\v \x01(\v2\x1a.ctxd.v1.CloseSessionReplyH\x00R\fcloseSession\x12(\n" +
-	"\x04ping\x18\f \x01(\v2\x12.ctxd.v1.PingReplyH\x00R\x04pingB\x06\n" +
+	"\x04ping\x18\f \x01(\v2\x12.ctxd.v1.PingReplyH\x00R\x04ping\x121\n" +
+	"\ametrics\x18( \x01(\v2\x15.ctxd.v1.MetricsReplyH\x00R\ametrics\x124\n" +
+	"\bsnapshot\x18\x1e \x01(\v2\x16.ctxd.v1.SnapshotReplyH\x00R\bsnapshot\x121\n" +
+	"\arestore\x18\x1f \x01(\v2\x15.ctxd.v1.RestoreReplyH\x00R\arestore\x12D\n" +
+	"\x0elist_snapshots\x18  \x01(\v2\x1b.ctxd.v1.ListSnapshotsReplyH\x00R\rlistSnapshots\x12G\n" +
+	"\x0fdelete_snapshot\x18! \x01(\v2\x1c.ctxd.v1.DeleteSnapshotReplyH\x00R\x0edeleteSnapshot\x12;\n" +
+	"\vverify_cold\x18\" \x01(\v2\x18.ctxd.v1.VerifyColdReplyH\x00R\n" +
+	"verifyCold\x12;\n" +
+	"\vreport_edit\x18# \x01(\v2\x18.ctxd.v1.ReportEditReplyH\x00R\n" +
+	"reportEditB\x06\n" +
 	"\x04body\"B\n" +
 	"\vStreamEvent\x12+\n" +
 	"\x05token\x18\x01 \x01(\v2\x13.ctxd.v1.TokenEventH\x00R\x05tokenB\x06\n" +
@@ -3086,15 +4809,18 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x06tokens\x18\t \x03(\x05R\x06tokens\"T\n" +
 	"\bManifest\x12,\n" +
 	"\bsegments\x18\x01 \x03(\v2\x10.ctxd.v1.SegmentR\bsegments\x12\x1a\n" +
-	"\btemplate\x18\x02 \x01(\tR\btemplate\"(\n" +
+	"\btemplate\x18\x02 \x01(\tR\btemplate\"k\n" +
 	"\x12OpenSessionRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"w\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
+	"\bmanifest\x18\x02 \x01(\v2\x11.ctxd.v1.ManifestR\bmanifest\x12\x12\n" +
+	"\x04cold\x18\x03 \x01(\bR\x04cold\"\xa5\x01\n" +
 	"\x10OpenSessionReply\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12%\n" +
 	"\x0econtext_tokens\x18\x02 \x01(\x03R\rcontextTokens\x12\x1d\n" +
 	"\n" +
-	"compat_key\x18\x03 \x01(\tR\tcompatKey\"c\n" +
+	"compat_key\x18\x03 \x01(\tR\tcompatKey\x12,\n" +
+	"\x06prefix\x18\x04 \x01(\v2\x14.ctxd.v1.PrefixReplyR\x06prefix\"c\n" +
 	"\x13EnsurePrefixRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12-\n" +
@@ -3102,7 +4828,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x14PrefillSuffixRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12&\n" +
-	"\x05extra\x18\x02 \x03(\v2\x10.ctxd.v1.SegmentR\x05extra\"\xf1\x01\n" +
+	"\x05extra\x18\x02 \x03(\v2\x10.ctxd.v1.SegmentR\x05extra\"\xc3\x02\n" +
 	"\vPrefixReply\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12'\n" +
 	"\x0freusable_tokens\x18\x02 \x01(\x03R\x0ereusableTokens\x12#\n" +
@@ -3110,7 +4836,9 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x10prefilled_tokens\x18\x04 \x01(\x03R\x0fprefilledTokens\x12%\n" +
 	"\x0edropped_tokens\x18\x05 \x01(\x03R\rdroppedTokens\x12\x1d\n" +
 	"\n" +
-	"elapsed_us\x18\x06 \x01(\x03R\telapsedUs\"p\n" +
+	"elapsed_us\x18\x06 \x01(\x03R\telapsedUs\x12)\n" +
+	"\x10resumed_snapshot\x18\a \x01(\tR\x0fresumedSnapshot\x12%\n" +
+	"\x0eresumed_tokens\x18\b \x01(\x03R\rresumedTokens\"p\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
@@ -3157,7 +4885,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"firstToken\x12\x16\n" +
 	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x14\n" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xb0\x06\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x81\b\n" +
 	"\fExplainReply\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12'\n" +
@@ -3184,14 +4912,142 @@ const file_ctxd_proto_rawDesc = "" +
 	"\tevictions\x18\x11 \x01(\x03R\tevictions\x12\x1e\n" +
 	"\n" +
 	"admissions\x18\x12 \x01(\x03R\n" +
-	"admissions\x1a@\n" +
+	"admissions\x120\n" +
+	"\arestore\x18\x13 \x01(\v2\x16.ctxd.v1.RestoreReportR\arestore\x12'\n" +
+	"\x04cold\x18\x14 \x01(\v2\x13.ctxd.v1.ColdStatusR\x04cold\x12\x1f\n" +
+	"\vcold_blocks\x18\x15 \x01(\x03R\n" +
+	"coldBlocks\x12\x1f\n" +
+	"\vcold_tokens\x18\x16 \x01(\x03R\n" +
+	"coldTokens\x122\n" +
+	"\n" +
+	"hot_ranges\x18\x17 \x03(\v2\x13.ctxd.v1.TokenRangeR\thotRanges\x1a@\n" +
 	"\x12TokensByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"4\n" +
+	"\n" +
+	"TokenRange\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x03R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x03R\x03end\"\x9b\x04\n" +
+	"\rRestoreReport\x12\x1a\n" +
+	"\bsnapshot\x18\x01 \x01(\tR\bsnapshot\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\x12'\n" +
+	"\x0frestored_blocks\x18\x03 \x01(\x03R\x0erestoredBlocks\x12'\n" +
+	"\x0frestored_tokens\x18\x04 \x01(\x03R\x0erestoredTokens\x12+\n" +
+	"\x11recomputed_blocks\x18\x05 \x01(\x03R\x10recomputedBlocks\x12+\n" +
+	"\x11recomputed_tokens\x18\x06 \x01(\x03R\x10recomputedTokens\x12)\n" +
+	"\x10compressed_bytes\x18\a \x01(\x03R\x0fcompressedBytes\x12\x1b\n" +
+	"\traw_bytes\x18\b \x01(\x03R\brawBytes\x12\x1d\n" +
+	"\n" +
+	"elapsed_us\x18\t \x01(\x03R\telapsedUs\x12/\n" +
+	"\x14prefill_tokens_per_s\x18\n" +
+	" \x01(\x01R\x11prefillTokensPerS\x123\n" +
+	"\x16decompress_bytes_per_s\x18\v \x01(\x01R\x13decompressBytesPerS\x12'\n" +
+	"\x10read_bytes_per_s\x18\f \x01(\x01R\rreadBytesPerS\x12\x16\n" +
+	"\x06choice\x18\r \x01(\tR\x06choice\x12\x1c\n" +
+	"\tautomatic\x18\x0e \x01(\bR\tautomatic\"\xae\x02\n" +
+	"\n" +
+	"ColdStatus\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x10\n" +
+	"\x03dir\x18\x02 \x01(\tR\x03dir\x12\x16\n" +
+	"\x06blocks\x18\x03 \x01(\x03R\x06blocks\x12\x14\n" +
+	"\x05bytes\x18\x04 \x01(\x03R\x05bytes\x12\x1b\n" +
+	"\traw_bytes\x18\x05 \x01(\x03R\brawBytes\x12\x1f\n" +
+	"\vquota_bytes\x18\x06 \x01(\x03R\n" +
+	"quotaBytes\x12\x16\n" +
+	"\x06queued\x18\a \x01(\x03R\x06queued\x12\x18\n" +
+	"\awritten\x18\b \x01(\x03R\awritten\x12\x16\n" +
+	"\x06failed\x18\t \x01(\x03R\x06failed\x12 \n" +
+	"\vunavailable\x18\n" +
+	" \x01(\tR\vunavailable\x12\x1c\n" +
+	"\tsnapshots\x18\v \x01(\x05R\tsnapshots\"D\n" +
+	"\x0fSnapshotRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\xf8\x01\n" +
+	"\rSnapshotReply\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06tokens\x18\x02 \x01(\x03R\x06tokens\x12\x16\n" +
+	"\x06blocks\x18\x03 \x01(\x05R\x06blocks\x12\x1d\n" +
+	"\n" +
+	"new_blocks\x18\x04 \x01(\x05R\tnewBlocks\x12\x1b\n" +
+	"\traw_bytes\x18\x05 \x01(\x03R\brawBytes\x12)\n" +
+	"\x10compressed_bytes\x18\x06 \x01(\x03R\x0fcompressedBytes\x12\x1d\n" +
+	"\n" +
+	"elapsed_us\x18\a \x01(\x03R\telapsedUs\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\b \x01(\x04R\tsessionId\"C\n" +
+	"\x0eRestoreRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\">\n" +
+	"\fRestoreReply\x12.\n" +
+	"\x06report\x18\x01 \x01(\v2\x16.ctxd.v1.RestoreReportR\x06report\"\x16\n" +
+	"\x14ListSnapshotsRequest\"\x80\x02\n" +
+	"\fSnapshotInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12&\n" +
+	"\x0fcreated_unix_ms\x18\x02 \x01(\x03R\rcreatedUnixMs\x12\x16\n" +
+	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x16\n" +
+	"\x06blocks\x18\x04 \x01(\x05R\x06blocks\x12\x14\n" +
+	"\x05bytes\x18\x05 \x01(\x03R\x05bytes\x12!\n" +
+	"\fmodel_digest\x18\x06 \x01(\tR\vmodelDigest\x12\x17\n" +
+	"\akv_type\x18\a \x01(\tR\x06kvType\x12\x1e\n" +
+	"\n" +
+	"compatible\x18\b \x01(\bR\n" +
+	"compatible\x12\x12\n" +
+	"\x04mode\x18\t \x01(\tR\x04mode\"r\n" +
+	"\x12ListSnapshotsReply\x123\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x15.ctxd.v1.SnapshotInfoR\tsnapshots\x12'\n" +
+	"\x04cold\x18\x02 \x01(\v2\x13.ctxd.v1.ColdStatusR\x04cold\"+\n" +
+	"\x15DeleteSnapshotRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x15\n" +
+	"\x13DeleteSnapshotReply\"\x13\n" +
+	"\x11VerifyColdRequest\"K\n" +
+	"\vColdProblem\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"\x97\x01\n" +
+	"\x0fVerifyColdReply\x120\n" +
+	"\bproblems\x18\x01 \x03(\v2\x14.ctxd.v1.ColdProblemR\bproblems\x12%\n" +
+	"\x0eblocks_checked\x18\x02 \x01(\x03R\rblocksChecked\x12+\n" +
+	"\x11snapshots_checked\x18\x03 \x01(\x05R\x10snapshotsChecked\"H\n" +
+	"\x11ReportEditRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x14\n" +
+	"\x05paths\x18\x02 \x03(\tR\x05paths\"p\n" +
+	"\x0fReportEditReply\x12\x1a\n" +
+	"\bsessions\x18\x01 \x01(\x05R\bsessions\x12\x1a\n" +
+	"\bsegments\x18\x02 \x03(\tR\bsegments\x12%\n" +
+	"\x0edropped_tokens\x18\x03 \x01(\x03R\rdroppedTokens\"4\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\"\x13\n" +
-	"\x11CloseSessionReply*\xd5\x03\n" +
+	"\x11CloseSessionReply\")\n" +
+	"\x0eMetricsRequest\x12\x17\n" +
+	"\ano_text\x18\x01 \x01(\bR\x06noText\"l\n" +
+	"\x0fTimingHistogram\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x15\n" +
+	"\x06sum_ns\x18\x03 \x01(\x01R\x05sumNs\x12\x18\n" +
+	"\abuckets\x18\x04 \x03(\x04R\abuckets\"H\n" +
+	"\n" +
+	"ArenaRange\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\x04R\x03end\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\xd1\x02\n" +
+	"\fMetricsReply\x12'\n" +
+	"\x0fprometheus_text\x18\x01 \x01(\tR\x0eprometheusText\x128\n" +
+	"\n" +
+	"histograms\x18\x02 \x03(\v2\x18.ctxd.v1.TimingHistogramR\n" +
+	"histograms\x126\n" +
+	"\farena_ranges\x18\x03 \x03(\v2\x13.ctxd.v1.ArenaRangeR\varenaRanges\x12\x10\n" +
+	"\x03pid\x18\x04 \x01(\x05R\x03pid\x12\x1e\n" +
+	"\n" +
+	"executable\x18\x05 \x01(\tR\n" +
+	"executable\x129\n" +
+	"\x06values\x18\x06 \x03(\v2!.ctxd.v1.MetricsReply.ValuesEntryR\x06values\x1a9\n" +
+	"\vValuesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01*\xd5\x03\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_PROTOCOL\x10\x01\x12\x16\n" +
@@ -3248,47 +5104,69 @@ func file_ctxd_proto_rawDescGZIP() []byte {
 }
 
 var file_ctxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_ctxd_proto_goTypes = []any{
-	(ErrorCode)(0),               // 0: ctxd.v1.ErrorCode
-	(SegmentKind)(0),             // 1: ctxd.v1.SegmentKind
-	(CacheClass)(0),              // 2: ctxd.v1.CacheClass
-	(StopReason)(0),              // 3: ctxd.v1.StopReason
-	(*Request)(nil),              // 4: ctxd.v1.Request
-	(*Response)(nil),             // 5: ctxd.v1.Response
-	(*StreamEvent)(nil),          // 6: ctxd.v1.StreamEvent
-	(*Error)(nil),                // 7: ctxd.v1.Error
-	(*Overflow)(nil),             // 8: ctxd.v1.Overflow
-	(*HelloRequest)(nil),         // 9: ctxd.v1.HelloRequest
-	(*HelloReply)(nil),           // 10: ctxd.v1.HelloReply
-	(*PingRequest)(nil),          // 11: ctxd.v1.PingRequest
-	(*PingReply)(nil),            // 12: ctxd.v1.PingReply
-	(*StatusRequest)(nil),        // 13: ctxd.v1.StatusRequest
-	(*ModelInfo)(nil),            // 14: ctxd.v1.ModelInfo
-	(*Capacity)(nil),             // 15: ctxd.v1.Capacity
-	(*StatusReply)(nil),          // 16: ctxd.v1.StatusReply
-	(*LoadModelRequest)(nil),     // 17: ctxd.v1.LoadModelRequest
-	(*LoadModelReply)(nil),       // 18: ctxd.v1.LoadModelReply
-	(*UnloadModelRequest)(nil),   // 19: ctxd.v1.UnloadModelRequest
-	(*UnloadModelReply)(nil),     // 20: ctxd.v1.UnloadModelReply
-	(*Segment)(nil),              // 21: ctxd.v1.Segment
-	(*Manifest)(nil),             // 22: ctxd.v1.Manifest
-	(*OpenSessionRequest)(nil),   // 23: ctxd.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),     // 24: ctxd.v1.OpenSessionReply
-	(*EnsurePrefixRequest)(nil),  // 25: ctxd.v1.EnsurePrefixRequest
-	(*PrefillSuffixRequest)(nil), // 26: ctxd.v1.PrefillSuffixRequest
-	(*PrefixReply)(nil),          // 27: ctxd.v1.PrefixReply
-	(*SamplingParams)(nil),       // 28: ctxd.v1.SamplingParams
-	(*DecodeRequest)(nil),        // 29: ctxd.v1.DecodeRequest
-	(*TokenEvent)(nil),           // 30: ctxd.v1.TokenEvent
-	(*DecodeReply)(nil),          // 31: ctxd.v1.DecodeReply
-	(*ExplainRequest)(nil),       // 32: ctxd.v1.ExplainRequest
-	(*SegmentResidency)(nil),     // 33: ctxd.v1.SegmentResidency
-	(*RetrievedBlock)(nil),       // 34: ctxd.v1.RetrievedBlock
-	(*ExplainReply)(nil),         // 35: ctxd.v1.ExplainReply
-	(*CloseSessionRequest)(nil),  // 36: ctxd.v1.CloseSessionRequest
-	(*CloseSessionReply)(nil),    // 37: ctxd.v1.CloseSessionReply
-	nil,                          // 38: ctxd.v1.ExplainReply.TokensByClassEntry
+	(ErrorCode)(0),                // 0: ctxd.v1.ErrorCode
+	(SegmentKind)(0),              // 1: ctxd.v1.SegmentKind
+	(CacheClass)(0),               // 2: ctxd.v1.CacheClass
+	(StopReason)(0),               // 3: ctxd.v1.StopReason
+	(*Request)(nil),               // 4: ctxd.v1.Request
+	(*Response)(nil),              // 5: ctxd.v1.Response
+	(*StreamEvent)(nil),           // 6: ctxd.v1.StreamEvent
+	(*Error)(nil),                 // 7: ctxd.v1.Error
+	(*Overflow)(nil),              // 8: ctxd.v1.Overflow
+	(*HelloRequest)(nil),          // 9: ctxd.v1.HelloRequest
+	(*HelloReply)(nil),            // 10: ctxd.v1.HelloReply
+	(*PingRequest)(nil),           // 11: ctxd.v1.PingRequest
+	(*PingReply)(nil),             // 12: ctxd.v1.PingReply
+	(*StatusRequest)(nil),         // 13: ctxd.v1.StatusRequest
+	(*ModelInfo)(nil),             // 14: ctxd.v1.ModelInfo
+	(*Capacity)(nil),              // 15: ctxd.v1.Capacity
+	(*StatusReply)(nil),           // 16: ctxd.v1.StatusReply
+	(*LoadModelRequest)(nil),      // 17: ctxd.v1.LoadModelRequest
+	(*LoadModelReply)(nil),        // 18: ctxd.v1.LoadModelReply
+	(*UnloadModelRequest)(nil),    // 19: ctxd.v1.UnloadModelRequest
+	(*UnloadModelReply)(nil),      // 20: ctxd.v1.UnloadModelReply
+	(*Segment)(nil),               // 21: ctxd.v1.Segment
+	(*Manifest)(nil),              // 22: ctxd.v1.Manifest
+	(*OpenSessionRequest)(nil),    // 23: ctxd.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),      // 24: ctxd.v1.OpenSessionReply
+	(*EnsurePrefixRequest)(nil),   // 25: ctxd.v1.EnsurePrefixRequest
+	(*PrefillSuffixRequest)(nil),  // 26: ctxd.v1.PrefillSuffixRequest
+	(*PrefixReply)(nil),           // 27: ctxd.v1.PrefixReply
+	(*SamplingParams)(nil),        // 28: ctxd.v1.SamplingParams
+	(*DecodeRequest)(nil),         // 29: ctxd.v1.DecodeRequest
+	(*TokenEvent)(nil),            // 30: ctxd.v1.TokenEvent
+	(*DecodeReply)(nil),           // 31: ctxd.v1.DecodeReply
+	(*ExplainRequest)(nil),        // 32: ctxd.v1.ExplainRequest
+	(*SegmentResidency)(nil),      // 33: ctxd.v1.SegmentResidency
+	(*RetrievedBlock)(nil),        // 34: ctxd.v1.RetrievedBlock
+	(*ExplainReply)(nil),          // 35: ctxd.v1.ExplainReply
+	(*TokenRange)(nil),            // 36: ctxd.v1.TokenRange
+	(*RestoreReport)(nil),         // 37: ctxd.v1.RestoreReport
+	(*ColdStatus)(nil),            // 38: ctxd.v1.ColdStatus
+	(*SnapshotRequest)(nil),       // 39: ctxd.v1.SnapshotRequest
+	(*SnapshotReply)(nil),         // 40: ctxd.v1.SnapshotReply
+	(*RestoreRequest)(nil),        // 41: ctxd.v1.RestoreRequest
+	(*RestoreReply)(nil),          // 42: ctxd.v1.RestoreReply
+	(*ListSnapshotsRequest)(nil),  // 43: ctxd.v1.ListSnapshotsRequest
+	(*SnapshotInfo)(nil),          // 44: ctxd.v1.SnapshotInfo
+	(*ListSnapshotsReply)(nil),    // 45: ctxd.v1.ListSnapshotsReply
+	(*DeleteSnapshotRequest)(nil), // 46: ctxd.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotReply)(nil),   // 47: ctxd.v1.DeleteSnapshotReply
+	(*VerifyColdRequest)(nil),     // 48: ctxd.v1.VerifyColdRequest
+	(*ColdProblem)(nil),           // 49: ctxd.v1.ColdProblem
+	(*VerifyColdReply)(nil),       // 50: ctxd.v1.VerifyColdReply
+	(*ReportEditRequest)(nil),     // 51: ctxd.v1.ReportEditRequest
+	(*ReportEditReply)(nil),       // 52: ctxd.v1.ReportEditReply
+	(*CloseSessionRequest)(nil),   // 53: ctxd.v1.CloseSessionRequest
+	(*CloseSessionReply)(nil),     // 54: ctxd.v1.CloseSessionReply
+	(*MetricsRequest)(nil),        // 55: ctxd.v1.MetricsRequest
+	(*TimingHistogram)(nil),       // 56: ctxd.v1.TimingHistogram
+	(*ArenaRange)(nil),            // 57: ctxd.v1.ArenaRange
+	(*MetricsReply)(nil),          // 58: ctxd.v1.MetricsReply
+	nil,                           // 59: ctxd.v1.ExplainReply.TokensByClassEntry
+	nil,                           // 60: ctxd.v1.MetricsReply.ValuesEntry
 }
 var file_ctxd_proto_depIdxs = []int32{
 	9,  // 0: ctxd.v1.Request.hello:type_name -> ctxd.v1.HelloRequest
@@ -3300,45 +5178,71 @@ var file_ctxd_proto_depIdxs = []int32{
 	26, // 6: ctxd.v1.Request.prefill_suffix:type_name -> ctxd.v1.PrefillSuffixRequest
 	29, // 7: ctxd.v1.Request.decode:type_name -> ctxd.v1.DecodeRequest
 	32, // 8: ctxd.v1.Request.explain:type_name -> ctxd.v1.ExplainRequest
-	36, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
+	53, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
 	11, // 10: ctxd.v1.Request.ping:type_name -> ctxd.v1.PingRequest
-	7,  // 11: ctxd.v1.Response.error:type_name -> ctxd.v1.Error
-	10, // 12: ctxd.v1.Response.hello:type_name -> ctxd.v1.HelloReply
-	16, // 13: ctxd.v1.Response.status:type_name -> ctxd.v1.StatusReply
-	18, // 14: ctxd.v1.Response.load_model:type_name -> ctxd.v1.LoadModelReply
-	20, // 15: ctxd.v1.Response.unload_model:type_name -> ctxd.v1.UnloadModelReply
-	24, // 16: ctxd.v1.Response.open_session:type_name -> ctxd.v1.OpenSessionReply
-	27, // 17: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
-	27, // 18: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
-	31, // 19: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
-	35, // 20: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
-	37, // 21: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
-	12, // 22: ctxd.v1.Response.ping:type_name -> ctxd.v1.PingReply
-	30, // 23: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
-	0,  // 24: ctxd.v1.Error.code:type_name -> ctxd.v1.ErrorCode
-	8,  // 25: ctxd.v1.Error.overflow:type_name -> ctxd.v1.Overflow
-	14, // 26: ctxd.v1.StatusReply.model:type_name -> ctxd.v1.ModelInfo
-	15, // 27: ctxd.v1.StatusReply.capacity:type_name -> ctxd.v1.Capacity
-	14, // 28: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
-	15, // 29: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
-	1,  // 30: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 31: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
-	21, // 32: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
-	22, // 33: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
-	21, // 34: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
-	28, // 35: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
-	3,  // 36: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
-	1,  // 37: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 38: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
-	33, // 39: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
-	38, // 40: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
-	15, // 41: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
-	34, // 42: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
-	43, // [43:43] is the sub-list for method output_type
-	43, // [43:43] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	55, // 11: ctxd.v1.Request.metrics:type_name -> ctxd.v1.MetricsRequest
+	39, // 12: ctxd.v1.Request.snapshot:type_name -> ctxd.v1.SnapshotRequest
+	41, // 13: ctxd.v1.Request.restore:type_name -> ctxd.v1.RestoreRequest
+	43, // 14: ctxd.v1.Request.list_snapshots:type_name -> ctxd.v1.ListSnapshotsRequest
+	46, // 15: ctxd.v1.Request.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotRequest
+	48, // 16: ctxd.v1.Request.verify_cold:type_name -> ctxd.v1.VerifyColdRequest
+	51, // 17: ctxd.v1.Request.report_edit:type_name -> ctxd.v1.ReportEditRequest
+	7,  // 18: ctxd.v1.Response.error:type_name -> ctxd.v1.Error
+	10, // 19: ctxd.v1.Response.hello:type_name -> ctxd.v1.HelloReply
+	16, // 20: ctxd.v1.Response.status:type_name -> ctxd.v1.StatusReply
+	18, // 21: ctxd.v1.Response.load_model:type_name -> ctxd.v1.LoadModelReply
+	20, // 22: ctxd.v1.Response.unload_model:type_name -> ctxd.v1.UnloadModelReply
+	24, // 23: ctxd.v1.Response.open_session:type_name -> ctxd.v1.OpenSessionReply
+	27, // 24: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
+	27, // 25: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
+	31, // 26: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
+	35, // 27: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
+	54, // 28: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
+	12, // 29: ctxd.v1.Response.ping:type_name -> ctxd.v1.PingReply
+	58, // 30: ctxd.v1.Response.metrics:type_name -> ctxd.v1.MetricsReply
+	40, // 31: ctxd.v1.Response.snapshot:type_name -> ctxd.v1.SnapshotReply
+	42, // 32: ctxd.v1.Response.restore:type_name -> ctxd.v1.RestoreReply
+	45, // 33: ctxd.v1.Response.list_snapshots:type_name -> ctxd.v1.ListSnapshotsReply
+	47, // 34: ctxd.v1.Response.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotReply
+	50, // 35: ctxd.v1.Response.verify_cold:type_name -> ctxd.v1.VerifyColdReply
+	52, // 36: ctxd.v1.Response.report_edit:type_name -> ctxd.v1.ReportEditReply
+	30, // 37: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
+	0,  // 38: ctxd.v1.Error.code:type_name -> ctxd.v1.ErrorCode
+	8,  // 39: ctxd.v1.Error.overflow:type_name -> ctxd.v1.Overflow
+	14, // 40: ctxd.v1.StatusReply.model:type_name -> ctxd.v1.ModelInfo
+	15, // 41: ctxd.v1.StatusReply.capacity:type_name -> ctxd.v1.Capacity
+	14, // 42: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
+	15, // 43: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
+	1,  // 44: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 45: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
+	21, // 46: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
+	22, // 47: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
+	27, // 48: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
+	22, // 49: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
+	21, // 50: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
+	28, // 51: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
+	3,  // 52: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
+	1,  // 53: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 54: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
+	33, // 55: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
+	59, // 56: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
+	15, // 57: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
+	34, // 58: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
+	37, // 59: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
+	38, // 60: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
+	36, // 61: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
+	37, // 62: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
+	44, // 63: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
+	38, // 64: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
+	49, // 65: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
+	56, // 66: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
+	57, // 67: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
+	60, // 68: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_ctxd_proto_init() }
@@ -3358,6 +5262,13 @@ func file_ctxd_proto_init() {
 		(*Request_Explain)(nil),
 		(*Request_CloseSession)(nil),
 		(*Request_Ping)(nil),
+		(*Request_Metrics)(nil),
+		(*Request_Snapshot)(nil),
+		(*Request_Restore)(nil),
+		(*Request_ListSnapshots)(nil),
+		(*Request_DeleteSnapshot)(nil),
+		(*Request_VerifyCold)(nil),
+		(*Request_ReportEdit)(nil),
 	}
 	file_ctxd_proto_msgTypes[1].OneofWrappers = []any{
 		(*Response_Hello)(nil),
@@ -3371,6 +5282,13 @@ func file_ctxd_proto_init() {
 		(*Response_Explain)(nil),
 		(*Response_CloseSession)(nil),
 		(*Response_Ping)(nil),
+		(*Response_Metrics)(nil),
+		(*Response_Snapshot)(nil),
+		(*Response_Restore)(nil),
+		(*Response_ListSnapshots)(nil),
+		(*Response_DeleteSnapshot)(nil),
+		(*Response_VerifyCold)(nil),
+		(*Response_ReportEdit)(nil),
 	}
 	file_ctxd_proto_msgTypes[2].OneofWrappers = []any{
 		(*StreamEvent_Token)(nil),
@@ -3381,7 +5299,7 @@ func file_ctxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxd_proto_rawDesc), len(file_ctxd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   35,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

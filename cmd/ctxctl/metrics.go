@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/tools/ctxtrace"
+)
+
+// metricsJSON is `ctxctl metrics --json`.
+type metricsJSON struct {
+	PID         int                    `json:"pid"`
+	Executable  string                 `json:"executable"`
+	Values      map[string]float64     `json:"values"`  // counters and gauges
+	Timings     []ctxtrace.ProbeReport `json:"timings"` // Go-side log2 histograms
+	ArenaRanges []arenaRangeJSON       `json:"arena_ranges"`
+}
+
+type arenaRangeJSON struct {
+	Start string `json:"start"`
+	End   string `json:"end"`
+	Path  string `json:"path"`
+}
+
+// cmdMetrics prints ctxd's metrics: the Prometheus text exposition, or
+// with --json the values, the timings with percentiles and the arena's
+// address ranges.
+func cmdMetrics(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON: values, timings (count, p50_us, p99_us, buckets), arena ranges")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	c, err := e.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	m, err := c.Metrics(ctx, client.MetricsOptions{NoText: *asJSON})
+	if err != nil {
+		return err
+	}
+	if !*asJSON {
+		_, err := io.WriteString(e.stdout, m.GetPrometheusText())
+		return err
+	}
+	out := metricsJSON{PID: int(m.GetPid()), Executable: m.GetExecutable(), Values: m.GetValues(),
+		Timings: []ctxtrace.ProbeReport{}, ArenaRanges: []arenaRangeJSON{}}
+	for _, h := range m.GetHistograms() {
+		out.Timings = append(out.Timings, ctxtrace.ProbeReportOf(ctxtrace.HistFromWire(h)))
+	}
+	for _, r := range m.GetArenaRanges() {
+		out.ArenaRanges = append(out.ArenaRanges, arenaRangeJSON{
+			Start: fmt.Sprintf("%#x", r.GetStart()), End: fmt.Sprintf("%#x", r.GetEnd()), Path: r.GetPath()})
+	}
+	return e.printJSON(out)
+}

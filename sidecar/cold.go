@@ -1,0 +1,152 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ctxd/ctxd/coldstore"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// The SSD tier (package coldstore) holds compressed KV blocks and
+// snapshots. It is opened once per Server (keys carry the model digest and
+// the KV settings, so one store serves every model); when it cannot be
+// opened, or later stands aside after ENOSPC/EIO, sessions keep running on
+// host RAM and the reason is reported in Status/Explain.
+
+// openCold opens the SSD tier; failures are logged and leave it off.
+func (srv *Server) openCold() {
+	if srv.cfg.NoCold {
+		srv.coldOff = "disabled by configuration (--no-cold)"
+		return
+	}
+	dir := srv.cfg.ColdDir
+	if dir == "" {
+		dir = filepath.Join(srv.cfg.DataDir, "cold")
+	}
+	quota := srv.cfg.ColdQuotaBytes
+	if quota == 0 {
+		quota = derivedColdQuota(dir)
+	}
+	st, rep, err := coldstore.Open(context.Background(), coldstore.Config{
+		Dir: dir, QuotaBytes: quota, Workers: 1, Logger: srv.log.With("tier", "ssd"),
+	})
+	if err != nil {
+		srv.coldOff = fmt.Sprintf("cannot open %s: %v", dir, err)
+		srv.log.Warn("SSD tier off: sessions run on host RAM only", "dir", dir, "err", err)
+		return
+	}
+	for _, p := range rep.SetAside {
+		srv.log.Warn("SSD tier: file set aside", "path", p.Path, "kind", p.Kind, "err", p.Err)
+	}
+	srv.log.Info("SSD tier open", "dir", dir, "blocks", rep.Blocks, "snapshots", rep.Snapshots, "bytes", rep.Bytes, "quota", quota)
+	srv.cold, srv.coldDir = st, dir
+}
+
+// derivedColdQuota is a quarter of the free space where the store lives
+// (its parent when the folder does not exist yet), at least 1 GiB.
+func derivedColdQuota(dir string) int64 {
+	var fs unix.Statfs_t
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := unix.Statfs(d, &fs); err == nil {
+			break
+		}
+		if d == filepath.Dir(d) {
+			return 1 << 30
+		}
+	}
+	free := int64(fs.Bavail) * int64(fs.Bsize)
+	return max(free/4, 1<<30)
+}
+
+// coldCompat is what a saved blob depends on for the loaded model.
+func (srv *Server) coldCompat() coldstore.Compat {
+	return coldstore.Compat{
+		ModelDigest: srv.slot.facts.Digest, KVType: srv.cfg.KVType.String(),
+		FlashAttention: srv.cfg.FlashAttention, Unified: true,
+		Settings: fmt.Sprintf("format=%d", formatVersion),
+	}
+}
+
+// contentKey addresses a blob by its token chain, the position its KV was
+// extracted at and the bytes themselves, so equal keys mean equal bytes
+// and a restore is bit-exact whatever computed the block.
+func contentKey(c coldstore.Compat, chain [32]byte, pos0 int, blob []byte) coldstore.Key {
+	h := sha256.New()
+	h.Write(chain[:])
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(pos0))
+	h.Write(b[:])
+	h.Write(blob)
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return coldstore.BlockKey(c, sum)
+}
+
+// elemBytes is the byte-plane stride for the KV type.
+func elemBytes(kv policy.KVType) int {
+	switch kv {
+	case policy.KVTypeF16:
+		return 2
+	case policy.KVTypeF32:
+		return 4
+	default:
+		return 1 // quantized rows: no split
+	}
+}
+
+// coldStatus reports the SSD tier.
+func (srv *Server) coldStatus() *pb.ColdStatus {
+	if srv.cold == nil {
+		return &pb.ColdStatus{Unavailable: srv.coldOff}
+	}
+	st := srv.cold.Stats()
+	cs := &pb.ColdStatus{
+		Enabled: true, Dir: srv.coldDir, Blocks: int64(st.Blocks), Bytes: st.Bytes, RawBytes: st.RawBytes,
+		QuotaBytes: st.QuotaBytes, Queued: int64(st.Queued), Written: st.Written, Failed: st.Failed,
+		Unavailable: st.Unavailable,
+	}
+	srv.snapMu.Lock()
+	cs.Snapshots = int32(len(srv.snaps))
+	srv.snapMu.Unlock()
+	return cs
+}
+
+// coldErr maps coldstore errors onto protocol sentinels.
+func coldErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, coldstore.ErrNotFound):
+		return fmt.Errorf("%w: %v", protocol.ErrNotFound, err)
+	case errors.Is(err, coldstore.ErrInvalidName):
+		return fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
+	case errors.Is(err, coldstore.ErrUnavailable), errors.Is(err, coldstore.ErrQueueFull):
+		return fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %v", protocol.ErrCancelled, err)
+	default:
+		return fmt.Errorf("%w: %v", protocol.ErrInternal, err)
+	}
+}
+
+// coldGet reads block id's KV from the SSD tier: the decompress phase of
+// a fetch (read and decompression), also the fetch latency of tier "ssd".
+func (srv *Server) coldGet(ctx context.Context, key coldstore.Key, id uint64) ([]byte, error) {
+	t := srv.metrics.beginPhase(phaseDecompress, id)
+	_, blob, err := srv.cold.Get(ctx, key)
+	d := t.end()
+	if err == nil {
+		srv.metrics.ObserveFetch(TierSSD, d)
+		srv.metrics.ObserveColdRead(len(blob), d)
+	}
+	return blob, err
+}

@@ -1,0 +1,104 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// Invalidation hints. A segment marked invalidate_on_edit names the files
+// it was built from: when the client reports one of them edited, the
+// segment's KV is stale, and so is everything after it (it attended to the
+// old text), so the session's tape is cut at the segment's first token. A
+// segment marked invalidate_on_turn lives for one turn: once a turn ends
+// (a Decode completes), the next sync reuses nothing from that segment on.
+
+// reportEdit serves ReportEditRequest.
+func (srv *Server) reportEdit(ctx context.Context, connID uint64, r *pb.ReportEditRequest) (*pb.ReportEditReply, error) {
+	if len(r.GetPaths()) == 0 {
+		return nil, fmt.Errorf("%w: report_edit needs at least one path", protocol.ErrInvalidArgument)
+	}
+	var ids []uint64
+	if id := r.GetSessionId(); id != 0 {
+		ids = []uint64{id}
+	} else {
+		srv.mu.Lock()
+		for id, s := range srv.sessions {
+			if connID == 0 || s.connID == connID {
+				ids = append(ids, id)
+			}
+		}
+		srv.mu.Unlock()
+	}
+	rep := &pb.ReportEditReply{}
+	for _, id := range ids {
+		err := srv.withSession(ctx, connID, id, func(sess *session) error {
+			cut, segs := editCut(sess.spans, r.GetPaths())
+			if cut < 0 {
+				return nil
+			}
+			before := len(sess.tape)
+			if err := srv.truncateTo(sess, cut); err != nil {
+				return err
+			}
+			rep.Sessions++
+			rep.Segments = append(rep.Segments, segs...)
+			rep.DroppedTokens += int64(before - len(sess.tape))
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+// editCut is the first tape index of a segment invalidated by editing one
+// of paths (-1: none), and the ids of every such segment.
+func editCut(spans []span, paths []string) (int, []string) {
+	cut := -1
+	var ids []string
+	for _, sp := range spans {
+		for _, p := range paths {
+			if policy.EditInvalidates(sp.seg, p) {
+				if cut < 0 || sp.start < cut {
+					cut = sp.start
+				}
+				ids = append(ids, sp.seg.ID)
+				break
+			}
+		}
+	}
+	return cut, ids
+}
+
+// turnCut is the first tape index of an invalidate_on_turn segment (-1:
+// none); it is recorded when a turn ends.
+func turnCut(spans []span) int {
+	for _, sp := range spans {
+		if policy.TurnInvalidates(sp.seg) {
+			return sp.start
+		}
+	}
+	return -1
+}
+
+// truncateTo drops the session's tape and KV from tape index n on. The
+// caller holds the slot token and sess is resident.
+func (srv *Server) truncateTo(sess *session, n int) error {
+	if n >= len(sess.tape) {
+		return nil
+	}
+	if sess.hot != nil {
+		_, err := srv.hotTruncate(sess, n)
+		return err
+	}
+	if _, err := srv.slot.ectx.Remove(n, -1); err != nil {
+		return engineErr(err)
+	}
+	sess.truncate(n)
+	return nil
+}

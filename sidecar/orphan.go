@@ -1,0 +1,222 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/shm"
+)
+
+// Orphan tapes: parked blocks whose session is gone — closed in this run,
+// or left in the arena by a previous ctxd (a crash loses no parked block:
+// the arena is re-attached and verified at load). Each orphan tape is the
+// longest prefix of a session's blocks whose hash chain is unbroken, so its
+// tokens are known exactly. A new hot-set session whose prompt starts with
+// an orphan tape's tokens adopts its blocks instead of prefilling them
+// (matched by tokens, checked by the chain), then brings back its sinks,
+// pinned blocks and recent window. A full arena frees orphans, oldest
+// first, before it evicts a live session's blocks.
+
+// orphanTape is a chain-verified run of parked blocks without a session.
+type orphanTape struct {
+	blocks []shm.Meta
+	tokens []engine.Token // the blocks' tokens, in order
+	since  time.Time
+}
+
+// collectOrphans rebuilds tapes from the arena's blocks (after a restart):
+// blocks grouped by session, in id order, cut at the first broken chain.
+// Blocks that no tape can use are freed. It returns the largest block id
+// and session id seen, so new ones do not collide.
+func collectOrphans(a *shm.Arena) (tapes []*orphanTape, maxID, maxSession uint64) {
+	bySession := map[uint64][]shm.Meta{}
+	var order []uint64
+	for _, m := range a.List() { // ascending id
+		maxID, maxSession = max(maxID, m.ID), max(maxSession, m.Session)
+		if _, ok := bySession[m.Session]; !ok {
+			order = append(order, m.Session)
+		}
+		bySession[m.Session] = append(bySession[m.Session], m)
+	}
+	// A session that adopted an earlier session's blocks continues that
+	// session's chain: its first block links to the tape ending with the
+	// block its chain was computed from.
+	byEnd := map[shm.Hash]*orphanTape{}
+	for _, sid := range order {
+		ms := bySession[sid]
+		first, err := a.Get(ms[0].ID)
+		if err != nil {
+			for _, m := range ms {
+				a.Delete(m.ID)
+			}
+			continue
+		}
+		t := &orphanTape{since: time.Now()}
+		var prev shm.Hash
+		if shm.ChainHash(prev, first.Tokens) != ms[0].Chain {
+			parent := (*orphanTape)(nil)
+			for end, pt := range byEnd {
+				if shm.ChainHash(end, first.Tokens) == ms[0].Chain {
+					parent, prev = pt, end
+					break
+				}
+			}
+			if parent == nil {
+				for _, m := range ms {
+					a.Delete(m.ID)
+				}
+				continue
+			}
+			// The parent is a prefix of this tape: merge them.
+			t.blocks, t.tokens = parent.blocks, parent.tokens
+			delete(byEnd, prev)
+			parent.blocks = nil
+		}
+		broken := false
+		for _, m := range ms {
+			if broken {
+				a.Delete(m.ID)
+				continue
+			}
+			b, err := a.Get(m.ID)
+			if err != nil || shm.ChainHash(prev, b.Tokens) != m.Chain {
+				broken = true
+				a.Delete(m.ID)
+				continue
+			}
+			prev = m.Chain
+			t.blocks = append(t.blocks, m)
+			t.tokens = append(t.tokens, b.Tokens...)
+		}
+		if len(t.blocks) > 0 {
+			tapes = append(tapes, t)
+			byEnd[prev] = t
+		}
+	}
+	out := tapes[:0]
+	for _, t := range tapes {
+		if len(t.blocks) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out, maxID, maxSession
+}
+
+// orphanFromSession keeps a closing hot-set session's parked blocks as an
+// orphan tape (the chain-contiguous prefix of stored blocks); the rest are
+// freed. The caller holds the slot token.
+func (srv *Server) orphanFromSession(sess *session) {
+	a := srv.slot.arena
+	t := &orphanTape{since: time.Now()}
+	contiguous := true
+	for _, b := range sess.hot.blocks {
+		if !b.stored {
+			contiguous = false
+			continue
+		}
+		if !contiguous {
+			a.Delete(b.id)
+			continue
+		}
+		t.blocks = append(t.blocks, shm.Meta{ID: b.id, Session: sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
+			SegID: b.segID, Pos: int32(b.pos0), NTokens: b.n})
+		t.tokens = append(t.tokens, sess.tape[b.vstart:b.vstart+b.n]...)
+	}
+	if len(t.blocks) > 0 {
+		srv.slot.orphans = append(srv.slot.orphans, t)
+	}
+}
+
+// freeOrphan drops the oldest orphan tape's blocks; false when none is left.
+func (s *slot) freeOrphan() bool {
+	if len(s.orphans) == 0 {
+		return false
+	}
+	t := s.orphans[0]
+	s.orphans = s.orphans[1:]
+	for _, m := range t.blocks {
+		s.arena.Delete(m.ID)
+	}
+	return true
+}
+
+// bestOrphan is the orphan tape sharing the longest token prefix with
+// target, and that length.
+func (s *slot) bestOrphan(target []engine.Token) (int, int) {
+	best, bestN := -1, 0
+	for i, t := range s.orphans {
+		if n := commonPrefix(t.tokens, target); n > bestN {
+			best, bestN = i, n
+		}
+	}
+	return best, bestN
+}
+
+// adoptOrphan makes orphan tape i the empty hot-set session sess's stream:
+// its blocks become the session's parked blocks, and the sinks, pinned
+// blocks and the recent window come back into the engine. The caller holds
+// the slot token and sess is resident.
+func (srv *Server) adoptOrphan(ctx context.Context, sess *session, i int) (int, error) {
+	s := srv.slot
+	t := s.orphans[i]
+	s.orphans = append(s.orphans[:i:i], s.orphans[i+1:]...)
+	if err := srv.clearSession(sess); err != nil {
+		return 0, err
+	}
+	h, hc := sess.hot, s.hot
+	v := 0
+	for k, m := range t.blocks {
+		b := &hotBlock{id: m.ID, seq: k, vstart: v, n: m.NTokens, class: policy.CacheClass(m.Class), kind: policy.SegmentKind(m.Kind),
+			segID: m.SegID, pinned: policy.SegmentKind(m.Kind) == policy.KindPinned, chain: m.Chain, pos0: int(m.Pos), stored: true}
+		h.index.Add(b.id, t.tokens[v:v+b.n])
+		h.blocks = append(h.blocks, b)
+		v += b.n
+	}
+	sess.tape = append(sess.tape[:0], t.tokens...)
+	sess.spans = []span{{seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, start: 0, end: len(t.tokens)}}
+	h.tailV, h.tailP = len(sess.tape), 0
+	// Bring back what must be hot: sinks and pinned blocks, then the most
+	// recent blocks that fit the recent window, in stream order.
+	room := hc.limit - hc.reserve - 2*hc.block
+	want := map[int]bool{}
+	for k, b := range h.blocks {
+		if (b.vstart == 0 && hc.sinks > 0) || b.pinned {
+			if room-b.n >= 0 {
+				want[k], room = true, room-b.n
+			}
+		}
+	}
+	recent := 0
+	for k := len(h.blocks) - 1; k >= 0 && recent < hc.recent; k-- {
+		b := h.blocks[k]
+		if want[k] || recent+b.n > hc.recent || room-b.n < 0 {
+			break
+		}
+		want[k], room, recent = true, room-b.n, recent+b.n
+	}
+	pos := 0
+	var kv []byte
+	for k, b := range h.blocks {
+		if !want[k] {
+			continue
+		}
+		var err error
+		if kv, err = srv.readParkedKV(b.id, kv[:0]); err == nil {
+			err = srv.insertFetched(b.id, engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}, pos)
+		}
+		if err != nil {
+			h.note(fmt.Sprintf("resumed block %d not brought back: %v", b.id, err))
+			continue
+		}
+		b.hot, b.pstart = true, pos
+		pos += b.n
+		h.admissions++
+	}
+	h.tailP = pos
+	sess.logitsAt = -1
+	h.note(fmt.Sprintf("resumed %d tokens (%d blocks) parked in the arena by a closed session or an earlier ctxd", len(sess.tape), len(h.blocks)))
+	return len(sess.tape), nil
+}
