@@ -60,9 +60,10 @@ func prefixResult(r *pb.PrefixReply) PrefixResult {
 // longest common token prefix with what it held and prefilling the rest.
 // m becomes the session's manifest for PrefillSuffix.
 func (s *Session) EnsurePrefix(ctx context.Context, m policy.Manifest) (PrefixResult, error) {
+	want, onEvent := progressEvents(ctx)
 	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{
-		SessionId: s.id, Manifest: protocol.ManifestToWire(m),
-	}}}, nil)
+		SessionId: s.id, Manifest: protocol.ManifestToWire(m), Progress: want,
+	}}}, onEvent)
 	if err != nil {
 		return PrefixResult{}, err
 	}
@@ -76,7 +77,8 @@ func (s *Session) PrefillSuffix(ctx context.Context, extra ...policy.Segment) (P
 	for i, seg := range extra {
 		w[i] = protocol.SegmentToWire(seg)
 	}
-	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: s.id, Extra: w}}}, nil)
+	want, onEvent := progressEvents(ctx)
+	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: s.id, Extra: w, Progress: want}}}, onEvent)
 	if err != nil {
 		return PrefixResult{}, err
 	}

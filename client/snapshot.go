@@ -48,7 +48,8 @@ func (c *Client) Snapshot(ctx context.Context, id uint64, name string) (Snapshot
 // Restore replaces the session's state with snapshot name's. The report
 // says which blocks were read back and which recomputed, and why.
 func (s *Session) Restore(ctx context.Context, name string) (*pb.RestoreReport, error) {
-	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_Restore{Restore: &pb.RestoreRequest{SessionId: s.id, Name: name}}}, nil)
+	want, onEvent := progressEvents(ctx)
+	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_Restore{Restore: &pb.RestoreRequest{SessionId: s.id, Name: name, Progress: want}}}, onEvent)
 	if err != nil {
 		return nil, err
 	}

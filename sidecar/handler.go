@@ -58,12 +58,12 @@ func (srv *Server) handle(ctx context.Context, connID uint64, req *pb.Request, e
 			return &pb.Response{Body: &pb.Response_OpenSession{OpenSession: r}}
 		})
 	case *pb.Request_EnsurePrefix:
-		r, err := srv.ensurePrefix(ctx, connID, b.EnsurePrefix)
+		r, err := srv.ensurePrefix(withProgress(ctx, b.EnsurePrefix.GetProgress(), emit), connID, b.EnsurePrefix)
 		return wrap(r, err, func(r *pb.PrefixReply) *pb.Response {
 			return &pb.Response{Body: &pb.Response_EnsurePrefix{EnsurePrefix: r}}
 		})
 	case *pb.Request_PrefillSuffix:
-		r, err := srv.prefillSuffix(ctx, connID, b.PrefillSuffix)
+		r, err := srv.prefillSuffix(withProgress(ctx, b.PrefillSuffix.GetProgress(), emit), connID, b.PrefillSuffix)
 		return wrap(r, err, func(r *pb.PrefixReply) *pb.Response {
 			return &pb.Response{Body: &pb.Response_PrefillSuffix{PrefillSuffix: r}}
 		})
@@ -93,7 +93,7 @@ func (srv *Server) handle(ctx context.Context, connID uint64, req *pb.Request, e
 			return &pb.Response{Body: &pb.Response_Snapshot{Snapshot: r}}
 		})
 	case *pb.Request_Restore:
-		r, err := srv.restore(ctx, connID, b.Restore)
+		r, err := srv.restore(withProgress(ctx, b.Restore.GetProgress(), emit), connID, b.Restore)
 		return wrap(r, err, func(r *pb.RestoreReply) *pb.Response {
 			return &pb.Response{Body: &pb.Response_Restore{Restore: r}}
 		})

@@ -114,7 +114,10 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 	h, hc, ectx := sess.hot, srv.slot.hot, srv.slot.ectx
 	batch := ectx.Options().BatchTokens
 	chunk := max(hc.block, hc.limit/4)
+	total := len(toks)
+	defer func() { reportProgress(ctx, "prefill", total-len(toks), total) }()
 	for len(toks) > 0 {
+		reportProgress(ctx, "prefill", total-len(toks), total)
 		want := min(len(toks), chunk)
 		evicted := false
 		for hc.limit-h.used(sess) < want {

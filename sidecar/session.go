@@ -162,7 +162,11 @@ func (srv *Server) sync(ctx context.Context, sess *session, target prompt, needL
 func (srv *Server) prefill(ctx context.Context, sess *session, target prompt, from int) error {
 	ectx := srv.slot.ectx
 	chunk := ectx.Options().BatchTokens * 4
+	if wantsProgress(ctx) {
+		chunk = ectx.Options().BatchTokens
+	}
 	for off := from; off < len(target.tokens); off += chunk {
+		reportProgress(ctx, "prefill", off-from, len(target.tokens)-from)
 		end := min(off+chunk, len(target.tokens))
 		if err := ectx.Decode(ctx, target.tokens[off:end], off); err != nil {
 			sess.logitsAt = -1
@@ -172,6 +176,7 @@ func (srv *Server) prefill(ctx context.Context, sess *session, target prompt, fr
 		sess.tape = append(sess.tape, target.tokens[off:end]...)
 		sess.logitsAt = len(sess.tape)
 	}
+	reportProgress(ctx, "prefill", len(target.tokens)-from, len(target.tokens)-from)
 	return nil
 }
 

@@ -596,6 +596,7 @@ func (srv *Server) restoreDense(ctx context.Context, sess *session, snap coldsto
 	defer cancel()
 	pos := 0
 	for i := range keys {
+		reportProgress(ctx, "restore", i, len(keys))
 		fb := <-ch
 		n := snap.Blocks[i].Tokens
 		if fb.err == nil {
@@ -657,7 +658,8 @@ func (srv *Server) restoreHot(ctx context.Context, sess *session, snap coldstore
 	cur, curIdx := fetched{}, -1
 	h := sess.hot
 	h.turn, h.evictions, h.admissions = sh.Turn, sh.Evictions, sh.Admissions
-	for _, sb := range sh.Blocks {
+	for k, sb := range sh.Blocks {
+		reportProgress(ctx, "restore", k, len(sh.Blocks))
 		toks := tape[sb.VStart : sb.VStart+sb.N]
 		b := &hotBlock{id: srv.newBlockID(), seq: len(h.blocks), vstart: sb.VStart, n: sb.N, class: sb.Class, kind: sb.Kind,
 			segID: sb.SegID, pinned: sb.Pinned, chain: sb.Chain, hot: sb.Hot, pstart: sb.PStart, pos0: sb.Pos0,

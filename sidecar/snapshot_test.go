@@ -394,3 +394,34 @@ func TestArenaResumeAfterCloseAndRestart(t *testing.T) {
 	}
 	greedyN(t, s3, 4)
 }
+
+func TestProgressEventsForLongCalls(t *testing.T) {
+	ctx := context.Background()
+	ts := startServer(t, Config{ContextTokens: 4096, IdleSnapshot: -1})
+	c := dial(t, ts)
+	s := openSession(t, c)
+	var got []client.Progress
+	pctx := client.WithProgress(ctx, func(p client.Progress) { got = append(got, p) })
+	if _, err := s.EnsurePrefix(pctx, tokenManifest(randomTokens(21, 3000))); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[len(got)-1] != (client.Progress{Phase: "prefill", Done: 3001, Total: 3001}) {
+		t.Fatalf("prefill progress %v: want it to end at 3001 of 3001", got)
+	}
+	if _, err := s.Snapshot(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	s2 := openSession(t, c)
+	got = nil
+	if _, err := s2.Restore(pctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[len(got)-1].Phase != "restore" {
+		t.Fatalf("restore progress %v", got)
+	}
+	// Without WithProgress no event arrives and nothing changes.
+	got = nil
+	if _, err := s.EnsurePrefix(ctx, tokenManifest(randomTokens(21, 3000), randomTokens(22, 100))); err != nil || len(got) != 0 {
+		t.Fatalf("plain call: %v, %d progress events", err, len(got))
+	}
+}

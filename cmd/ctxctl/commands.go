@@ -137,10 +137,13 @@ func cmdGenerate(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "prompt", Kind: policy.KindUserTurn, Text: *prompt}}}
-	if _, err := s.EnsurePrefix(ctx, m); err != nil {
-		return err
+	pctx, done := e.callProgress(ctx, "prefill")
+	_, err = s.EnsurePrefix(pctx, m)
+	if err == nil {
+		_, err = s.PrefillSuffix(pctx)
 	}
-	if _, err := s.PrefillSuffix(ctx); err != nil {
+	done()
+	if err != nil {
 		return err
 	}
 	o := client.DecodeOptions{MaxTokens: *maxTokens, Temperature: float32(*temp), TopK: *topK, TopP: float32(*topP), Seed: *seed}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxd/ctxd/client"
 )
 
 // progress is a one-line progress bar on stderr for a loop with a known
@@ -252,5 +255,34 @@ func tick[T any](p *progress, next func(T)) func(T) {
 			next(v)
 		}
 		p.Add(1)
+	}
+}
+
+// callProgress returns a context under which a long call (EnsurePrefix,
+// PrefillSuffix, Restore) asks the daemon for progress and draws it, and
+// the function that ends the bar.
+func (e *env) callProgress(ctx context.Context, label string) (context.Context, func()) {
+	var bar *progress
+	started := false
+	var total int64
+	ctx = client.WithProgress(ctx, func(p client.Progress) {
+		if started && p.Total != total {
+			bar.Done() // the next call of the same operation
+			started = false
+		}
+		if !started {
+			started, total = true, p.Total
+			unit := "tokens"
+			if p.Phase == "restore" {
+				unit = "blocks"
+			}
+			bar = e.newProgress(label, p.Total, unit)
+		}
+		bar.Set(p.Done)
+	})
+	return ctx, func() {
+		if started {
+			bar.Done()
+		}
 	}
 }

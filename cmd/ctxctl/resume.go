@@ -128,7 +128,10 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	start := time.Now()
-	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+	pctx, done := e.callProgress(ctx, "prefill")
+	_, err = s.EnsurePrefix(pctx, m)
+	done()
+	if err != nil {
 		return err
 	}
 	res.PrefillS = time.Since(start).Seconds()

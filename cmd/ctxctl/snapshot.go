@@ -95,7 +95,9 @@ func snapshotRestore(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.Close(context.WithoutCancel(ctx))
 	start := time.Now()
-	rep, err := s.Restore(ctx, name)
+	pctx, done := e.callProgress(ctx, "restore "+name)
+	rep, err := s.Restore(pctx, name)
+	done()
 	if err != nil {
 		return err
 	}

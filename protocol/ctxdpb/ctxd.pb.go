@@ -979,6 +979,7 @@ type StreamEvent struct {
 	// Types that are valid to be assigned to Body:
 	//
 	//	*StreamEvent_Token
+	//	*StreamEvent_Progress
 	Body          isStreamEvent_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1030,6 +1031,15 @@ func (x *StreamEvent) GetToken() *TokenEvent {
 	return nil
 }
 
+func (x *StreamEvent) GetProgress() *ProgressEvent {
+	if x != nil {
+		if x, ok := x.Body.(*StreamEvent_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
 type isStreamEvent_Body interface {
 	isStreamEvent_Body()
 }
@@ -1038,7 +1048,13 @@ type StreamEvent_Token struct {
 	Token *TokenEvent `protobuf:"bytes,1,opt,name=token,proto3,oneof"`
 }
 
+type StreamEvent_Progress struct {
+	Progress *ProgressEvent `protobuf:"bytes,2,opt,name=progress,proto3,oneof"`
+}
+
 func (*StreamEvent_Token) isStreamEvent_Body() {}
+
+func (*StreamEvent_Progress) isStreamEvent_Body() {}
 
 type Error struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2243,6 +2259,7 @@ type EnsurePrefixRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Manifest      *Manifest              `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	Progress      bool                   `protobuf:"varint,3,opt,name=progress,proto3" json:"progress,omitempty"` // stream ProgressEvents while prefilling
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2291,19 +2308,89 @@ func (x *EnsurePrefixRequest) GetManifest() *Manifest {
 	return nil
 }
 
+func (x *EnsurePrefixRequest) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
+}
+
+// ProgressEvent reports a long call's progress (EnsurePrefix,
+// PrefillSuffix, Restore with progress set): done of total units.
+type ProgressEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Phase         string                 `protobuf:"bytes,1,opt,name=phase,proto3" json:"phase,omitempty"` // "prefill" (tokens) or "restore" (blocks)
+	Done          int64                  `protobuf:"varint,2,opt,name=done,proto3" json:"done,omitempty"`
+	Total         int64                  `protobuf:"varint,3,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgressEvent) Reset() {
+	*x = ProgressEvent{}
+	mi := &file_ctxd_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgressEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgressEvent) ProtoMessage() {}
+
+func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgressEvent.ProtoReflect.Descriptor instead.
+func (*ProgressEvent) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ProgressEvent) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *ProgressEvent) GetDone() int64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *ProgressEvent) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
 // PrefillSuffixRequest prefills the manifest's non-stable segments (the
 // manifest given to the last EnsurePrefix), followed by extra segments.
 type PrefillSuffixRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Extra         []*Segment             `protobuf:"bytes,2,rep,name=extra,proto3" json:"extra,omitempty"`
+	Progress      bool                   `protobuf:"varint,3,opt,name=progress,proto3" json:"progress,omitempty"` // stream ProgressEvents while prefilling
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PrefillSuffixRequest) Reset() {
 	*x = PrefillSuffixRequest{}
-	mi := &file_ctxd_proto_msgTypes[22]
+	mi := &file_ctxd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2402,7 @@ func (x *PrefillSuffixRequest) String() string {
 func (*PrefillSuffixRequest) ProtoMessage() {}
 
 func (x *PrefillSuffixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[22]
+	mi := &file_ctxd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2415,7 @@ func (x *PrefillSuffixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillSuffixRequest.ProtoReflect.Descriptor instead.
 func (*PrefillSuffixRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{22}
+	return file_ctxd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PrefillSuffixRequest) GetSessionId() uint64 {
@@ -2343,6 +2430,13 @@ func (x *PrefillSuffixRequest) GetExtra() []*Segment {
 		return x.Extra
 	}
 	return nil
+}
+
+func (x *PrefillSuffixRequest) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
 }
 
 type PrefixReply struct {
@@ -2363,7 +2457,7 @@ type PrefixReply struct {
 
 func (x *PrefixReply) Reset() {
 	*x = PrefixReply{}
-	mi := &file_ctxd_proto_msgTypes[23]
+	mi := &file_ctxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2375,7 +2469,7 @@ func (x *PrefixReply) String() string {
 func (*PrefixReply) ProtoMessage() {}
 
 func (x *PrefixReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[23]
+	mi := &file_ctxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2388,7 +2482,7 @@ func (x *PrefixReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixReply.ProtoReflect.Descriptor instead.
 func (*PrefixReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{23}
+	return file_ctxd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PrefixReply) GetPromptTokens() int64 {
@@ -2459,7 +2553,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_ctxd_proto_msgTypes[24]
+	mi := &file_ctxd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2565,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[24]
+	mi := &file_ctxd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2578,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{24}
+	return file_ctxd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -2535,7 +2629,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_ctxd_proto_msgTypes[25]
+	mi := &file_ctxd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2641,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[25]
+	mi := &file_ctxd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2654,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{25}
+	return file_ctxd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DecodeRequest) GetSessionId() uint64 {
@@ -2625,7 +2719,7 @@ type TokenEvent struct {
 
 func (x *TokenEvent) Reset() {
 	*x = TokenEvent{}
-	mi := &file_ctxd_proto_msgTypes[26]
+	mi := &file_ctxd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2731,7 @@ func (x *TokenEvent) String() string {
 func (*TokenEvent) ProtoMessage() {}
 
 func (x *TokenEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[26]
+	mi := &file_ctxd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2744,7 @@ func (x *TokenEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenEvent.ProtoReflect.Descriptor instead.
 func (*TokenEvent) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{26}
+	return file_ctxd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *TokenEvent) GetToken() int32 {
@@ -2700,7 +2794,7 @@ type DecodeReply struct {
 
 func (x *DecodeReply) Reset() {
 	*x = DecodeReply{}
-	mi := &file_ctxd_proto_msgTypes[27]
+	mi := &file_ctxd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2806,7 @@ func (x *DecodeReply) String() string {
 func (*DecodeReply) ProtoMessage() {}
 
 func (x *DecodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[27]
+	mi := &file_ctxd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2819,7 @@ func (x *DecodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeReply.ProtoReflect.Descriptor instead.
 func (*DecodeReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{27}
+	return file_ctxd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DecodeReply) GetReason() StopReason {
@@ -2765,7 +2859,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_ctxd_proto_msgTypes[28]
+	mi := &file_ctxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2871,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[28]
+	mi := &file_ctxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2884,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{28}
+	return file_ctxd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExplainRequest) GetSessionId() uint64 {
@@ -2815,7 +2909,7 @@ type SegmentResidency struct {
 
 func (x *SegmentResidency) Reset() {
 	*x = SegmentResidency{}
-	mi := &file_ctxd_proto_msgTypes[29]
+	mi := &file_ctxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2827,7 +2921,7 @@ func (x *SegmentResidency) String() string {
 func (*SegmentResidency) ProtoMessage() {}
 
 func (x *SegmentResidency) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[29]
+	mi := &file_ctxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2840,7 +2934,7 @@ func (x *SegmentResidency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentResidency.ProtoReflect.Descriptor instead.
 func (*SegmentResidency) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{29}
+	return file_ctxd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SegmentResidency) GetId() string {
@@ -2905,7 +2999,7 @@ type RetrievedBlock struct {
 
 func (x *RetrievedBlock) Reset() {
 	*x = RetrievedBlock{}
-	mi := &file_ctxd_proto_msgTypes[30]
+	mi := &file_ctxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3011,7 @@ func (x *RetrievedBlock) String() string {
 func (*RetrievedBlock) ProtoMessage() {}
 
 func (x *RetrievedBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[30]
+	mi := &file_ctxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3024,7 @@ func (x *RetrievedBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetrievedBlock.ProtoReflect.Descriptor instead.
 func (*RetrievedBlock) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{30}
+	return file_ctxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RetrievedBlock) GetBlockId() uint64 {
@@ -3002,7 +3096,7 @@ type ExplainReply struct {
 
 func (x *ExplainReply) Reset() {
 	*x = ExplainReply{}
-	mi := &file_ctxd_proto_msgTypes[31]
+	mi := &file_ctxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3014,7 +3108,7 @@ func (x *ExplainReply) String() string {
 func (*ExplainReply) ProtoMessage() {}
 
 func (x *ExplainReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[31]
+	mi := &file_ctxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3027,7 +3121,7 @@ func (x *ExplainReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainReply.ProtoReflect.Descriptor instead.
 func (*ExplainReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{31}
+	return file_ctxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExplainReply) GetSessionId() uint64 {
@@ -3201,7 +3295,7 @@ type TokenRange struct {
 
 func (x *TokenRange) Reset() {
 	*x = TokenRange{}
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3307,7 @@ func (x *TokenRange) String() string {
 func (*TokenRange) ProtoMessage() {}
 
 func (x *TokenRange) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3320,7 @@ func (x *TokenRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRange.ProtoReflect.Descriptor instead.
 func (*TokenRange) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{32}
+	return file_ctxd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TokenRange) GetStart() int64 {
@@ -3268,7 +3362,7 @@ type RestoreReport struct {
 
 func (x *RestoreReport) Reset() {
 	*x = RestoreReport{}
-	mi := &file_ctxd_proto_msgTypes[33]
+	mi := &file_ctxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3374,7 @@ func (x *RestoreReport) String() string {
 func (*RestoreReport) ProtoMessage() {}
 
 func (x *RestoreReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[33]
+	mi := &file_ctxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3387,7 @@ func (x *RestoreReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreReport.ProtoReflect.Descriptor instead.
 func (*RestoreReport) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{33}
+	return file_ctxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RestoreReport) GetSnapshot() string {
@@ -3413,7 +3507,7 @@ type ColdStatus struct {
 
 func (x *ColdStatus) Reset() {
 	*x = ColdStatus{}
-	mi := &file_ctxd_proto_msgTypes[34]
+	mi := &file_ctxd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3519,7 @@ func (x *ColdStatus) String() string {
 func (*ColdStatus) ProtoMessage() {}
 
 func (x *ColdStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[34]
+	mi := &file_ctxd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3532,7 @@ func (x *ColdStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdStatus.ProtoReflect.Descriptor instead.
 func (*ColdStatus) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{34}
+	return file_ctxd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ColdStatus) GetEnabled() bool {
@@ -3531,7 +3625,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_ctxd_proto_msgTypes[35]
+	mi := &file_ctxd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3637,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[35]
+	mi := &file_ctxd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3650,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{35}
+	return file_ctxd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SnapshotRequest) GetSessionId() uint64 {
@@ -3589,7 +3683,7 @@ type SnapshotReply struct {
 
 func (x *SnapshotReply) Reset() {
 	*x = SnapshotReply{}
-	mi := &file_ctxd_proto_msgTypes[36]
+	mi := &file_ctxd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3695,7 @@ func (x *SnapshotReply) String() string {
 func (*SnapshotReply) ProtoMessage() {}
 
 func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[36]
+	mi := &file_ctxd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3708,7 @@ func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotReply.ProtoReflect.Descriptor instead.
 func (*SnapshotReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{36}
+	return file_ctxd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotReply) GetName() string {
@@ -3678,13 +3772,14 @@ type RestoreRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Progress      bool                   `protobuf:"varint,3,opt,name=progress,proto3" json:"progress,omitempty"` // stream ProgressEvents while restoring
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_ctxd_proto_msgTypes[37]
+	mi := &file_ctxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3696,7 +3791,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[37]
+	mi := &file_ctxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3709,7 +3804,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{37}
+	return file_ctxd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RestoreRequest) GetSessionId() uint64 {
@@ -3726,6 +3821,13 @@ func (x *RestoreRequest) GetName() string {
 	return ""
 }
 
+func (x *RestoreRequest) GetProgress() bool {
+	if x != nil {
+		return x.Progress
+	}
+	return false
+}
+
 type RestoreReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Report        *RestoreReport         `protobuf:"bytes,1,opt,name=report,proto3" json:"report,omitempty"`
@@ -3735,7 +3837,7 @@ type RestoreReply struct {
 
 func (x *RestoreReply) Reset() {
 	*x = RestoreReply{}
-	mi := &file_ctxd_proto_msgTypes[38]
+	mi := &file_ctxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3747,7 +3849,7 @@ func (x *RestoreReply) String() string {
 func (*RestoreReply) ProtoMessage() {}
 
 func (x *RestoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[38]
+	mi := &file_ctxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3760,7 +3862,7 @@ func (x *RestoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreReply.ProtoReflect.Descriptor instead.
 func (*RestoreReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{38}
+	return file_ctxd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RestoreReply) GetReport() *RestoreReport {
@@ -3778,7 +3880,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_ctxd_proto_msgTypes[39]
+	mi := &file_ctxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3790,7 +3892,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[39]
+	mi := &file_ctxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3803,7 +3905,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{39}
+	return file_ctxd_proto_rawDescGZIP(), []int{40}
 }
 
 type SnapshotInfo struct {
@@ -3823,7 +3925,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_ctxd_proto_msgTypes[40]
+	mi := &file_ctxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3835,7 +3937,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[40]
+	mi := &file_ctxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3848,7 +3950,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{40}
+	return file_ctxd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotInfo) GetName() string {
@@ -3924,7 +4026,7 @@ type ListSnapshotsReply struct {
 
 func (x *ListSnapshotsReply) Reset() {
 	*x = ListSnapshotsReply{}
-	mi := &file_ctxd_proto_msgTypes[41]
+	mi := &file_ctxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3936,7 +4038,7 @@ func (x *ListSnapshotsReply) String() string {
 func (*ListSnapshotsReply) ProtoMessage() {}
 
 func (x *ListSnapshotsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[41]
+	mi := &file_ctxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3949,7 +4051,7 @@ func (x *ListSnapshotsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsReply.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{41}
+	return file_ctxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListSnapshotsReply) GetSnapshots() []*SnapshotInfo {
@@ -3975,7 +4077,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_ctxd_proto_msgTypes[42]
+	mi := &file_ctxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3987,7 +4089,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[42]
+	mi := &file_ctxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4000,7 +4102,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{42}
+	return file_ctxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeleteSnapshotRequest) GetName() string {
@@ -4018,7 +4120,7 @@ type DeleteSnapshotReply struct {
 
 func (x *DeleteSnapshotReply) Reset() {
 	*x = DeleteSnapshotReply{}
-	mi := &file_ctxd_proto_msgTypes[43]
+	mi := &file_ctxd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4030,7 +4132,7 @@ func (x *DeleteSnapshotReply) String() string {
 func (*DeleteSnapshotReply) ProtoMessage() {}
 
 func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[43]
+	mi := &file_ctxd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4043,7 +4145,7 @@ func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotReply.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{43}
+	return file_ctxd_proto_rawDescGZIP(), []int{44}
 }
 
 type VerifyColdRequest struct {
@@ -4054,7 +4156,7 @@ type VerifyColdRequest struct {
 
 func (x *VerifyColdRequest) Reset() {
 	*x = VerifyColdRequest{}
-	mi := &file_ctxd_proto_msgTypes[44]
+	mi := &file_ctxd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4066,7 +4168,7 @@ func (x *VerifyColdRequest) String() string {
 func (*VerifyColdRequest) ProtoMessage() {}
 
 func (x *VerifyColdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[44]
+	mi := &file_ctxd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4079,7 +4181,7 @@ func (x *VerifyColdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyColdRequest.ProtoReflect.Descriptor instead.
 func (*VerifyColdRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{44}
+	return file_ctxd_proto_rawDescGZIP(), []int{45}
 }
 
 type ColdProblem struct {
@@ -4093,7 +4195,7 @@ type ColdProblem struct {
 
 func (x *ColdProblem) Reset() {
 	*x = ColdProblem{}
-	mi := &file_ctxd_proto_msgTypes[45]
+	mi := &file_ctxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4105,7 +4207,7 @@ func (x *ColdProblem) String() string {
 func (*ColdProblem) ProtoMessage() {}
 
 func (x *ColdProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[45]
+	mi := &file_ctxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4118,7 +4220,7 @@ func (x *ColdProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdProblem.ProtoReflect.Descriptor instead.
 func (*ColdProblem) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{45}
+	return file_ctxd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ColdProblem) GetPath() string {
@@ -4153,7 +4255,7 @@ type VerifyColdReply struct {
 
 func (x *VerifyColdReply) Reset() {
 	*x = VerifyColdReply{}
-	mi := &file_ctxd_proto_msgTypes[46]
+	mi := &file_ctxd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4165,7 +4267,7 @@ func (x *VerifyColdReply) String() string {
 func (*VerifyColdReply) ProtoMessage() {}
 
 func (x *VerifyColdReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[46]
+	mi := &file_ctxd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4178,7 +4280,7 @@ func (x *VerifyColdReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyColdReply.ProtoReflect.Descriptor instead.
 func (*VerifyColdReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{46}
+	return file_ctxd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *VerifyColdReply) GetProblems() []*ColdProblem {
@@ -4217,7 +4319,7 @@ type ReportEditRequest struct {
 
 func (x *ReportEditRequest) Reset() {
 	*x = ReportEditRequest{}
-	mi := &file_ctxd_proto_msgTypes[47]
+	mi := &file_ctxd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4331,7 @@ func (x *ReportEditRequest) String() string {
 func (*ReportEditRequest) ProtoMessage() {}
 
 func (x *ReportEditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[47]
+	mi := &file_ctxd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4344,7 @@ func (x *ReportEditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEditRequest.ProtoReflect.Descriptor instead.
 func (*ReportEditRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{47}
+	return file_ctxd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReportEditRequest) GetSessionId() uint64 {
@@ -4270,7 +4372,7 @@ type ReportEditReply struct {
 
 func (x *ReportEditReply) Reset() {
 	*x = ReportEditReply{}
-	mi := &file_ctxd_proto_msgTypes[48]
+	mi := &file_ctxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4282,7 +4384,7 @@ func (x *ReportEditReply) String() string {
 func (*ReportEditReply) ProtoMessage() {}
 
 func (x *ReportEditReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[48]
+	mi := &file_ctxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4295,7 +4397,7 @@ func (x *ReportEditReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEditReply.ProtoReflect.Descriptor instead.
 func (*ReportEditReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{48}
+	return file_ctxd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportEditReply) GetSessions() int32 {
@@ -4328,7 +4430,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_ctxd_proto_msgTypes[49]
+	mi := &file_ctxd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4340,7 +4442,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[49]
+	mi := &file_ctxd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4353,7 +4455,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{49}
+	return file_ctxd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CloseSessionRequest) GetSessionId() uint64 {
@@ -4371,7 +4473,7 @@ type CloseSessionReply struct {
 
 func (x *CloseSessionReply) Reset() {
 	*x = CloseSessionReply{}
-	mi := &file_ctxd_proto_msgTypes[50]
+	mi := &file_ctxd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4485,7 @@ func (x *CloseSessionReply) String() string {
 func (*CloseSessionReply) ProtoMessage() {}
 
 func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[50]
+	mi := &file_ctxd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4498,7 @@ func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionReply.ProtoReflect.Descriptor instead.
 func (*CloseSessionReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{50}
+	return file_ctxd_proto_rawDescGZIP(), []int{51}
 }
 
 // MetricsRequest asks for the daemon's counters, gauges and Go-side
@@ -4410,7 +4512,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_ctxd_proto_msgTypes[51]
+	mi := &file_ctxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4422,7 +4524,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[51]
+	mi := &file_ctxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4435,7 +4537,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{51}
+	return file_ctxd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MetricsRequest) GetNoText() bool {
@@ -4462,7 +4564,7 @@ type TimingHistogram struct {
 
 func (x *TimingHistogram) Reset() {
 	*x = TimingHistogram{}
-	mi := &file_ctxd_proto_msgTypes[52]
+	mi := &file_ctxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4474,7 +4576,7 @@ func (x *TimingHistogram) String() string {
 func (*TimingHistogram) ProtoMessage() {}
 
 func (x *TimingHistogram) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[52]
+	mi := &file_ctxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4487,7 +4589,7 @@ func (x *TimingHistogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimingHistogram.ProtoReflect.Descriptor instead.
 func (*TimingHistogram) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{52}
+	return file_ctxd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *TimingHistogram) GetName() string {
@@ -4531,7 +4633,7 @@ type ArenaRange struct {
 
 func (x *ArenaRange) Reset() {
 	*x = ArenaRange{}
-	mi := &file_ctxd_proto_msgTypes[53]
+	mi := &file_ctxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4543,7 +4645,7 @@ func (x *ArenaRange) String() string {
 func (*ArenaRange) ProtoMessage() {}
 
 func (x *ArenaRange) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[53]
+	mi := &file_ctxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4556,7 +4658,7 @@ func (x *ArenaRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArenaRange.ProtoReflect.Descriptor instead.
 func (*ArenaRange) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{53}
+	return file_ctxd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ArenaRange) GetStart() uint64 {
@@ -4594,7 +4696,7 @@ type MetricsReply struct {
 
 func (x *MetricsReply) Reset() {
 	*x = MetricsReply{}
-	mi := &file_ctxd_proto_msgTypes[54]
+	mi := &file_ctxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4606,7 +4708,7 @@ func (x *MetricsReply) String() string {
 func (*MetricsReply) ProtoMessage() {}
 
 func (x *MetricsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[54]
+	mi := &file_ctxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4619,7 +4721,7 @@ func (x *MetricsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReply.ProtoReflect.Descriptor instead.
 func (*MetricsReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{54}
+	return file_ctxd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MetricsReply) GetPrometheusText() string {
@@ -4718,9 +4820,10 @@ const file_ctxd_proto_rawDesc = "" +
 	"verifyCold\x12;\n" +
 	"\vreport_edit\x18# \x01(\v2\x18.ctxd.v1.ReportEditReplyH\x00R\n" +
 	"reportEditB\x06\n" +
-	"\x04body\"B\n" +
+	"\x04body\"x\n" +
 	"\vStreamEvent\x12+\n" +
-	"\x05token\x18\x01 \x01(\v2\x13.ctxd.v1.TokenEventH\x00R\x05tokenB\x06\n" +
+	"\x05token\x18\x01 \x01(\v2\x13.ctxd.v1.TokenEventH\x00R\x05token\x124\n" +
+	"\bprogress\x18\x02 \x01(\v2\x16.ctxd.v1.ProgressEventH\x00R\bprogressB\x06\n" +
 	"\x04body\"x\n" +
 	"\x05Error\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.ctxd.v1.ErrorCodeR\x04code\x12\x18\n" +
@@ -4820,15 +4923,21 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x0econtext_tokens\x18\x02 \x01(\x03R\rcontextTokens\x12\x1d\n" +
 	"\n" +
 	"compat_key\x18\x03 \x01(\tR\tcompatKey\x12,\n" +
-	"\x06prefix\x18\x04 \x01(\v2\x14.ctxd.v1.PrefixReplyR\x06prefix\"c\n" +
+	"\x06prefix\x18\x04 \x01(\v2\x14.ctxd.v1.PrefixReplyR\x06prefix\"\x7f\n" +
 	"\x13EnsurePrefixRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12-\n" +
-	"\bmanifest\x18\x02 \x01(\v2\x11.ctxd.v1.ManifestR\bmanifest\"]\n" +
+	"\bmanifest\x18\x02 \x01(\v2\x11.ctxd.v1.ManifestR\bmanifest\x12\x1a\n" +
+	"\bprogress\x18\x03 \x01(\bR\bprogress\"O\n" +
+	"\rProgressEvent\x12\x14\n" +
+	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x12\n" +
+	"\x04done\x18\x02 \x01(\x03R\x04done\x12\x14\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\"y\n" +
 	"\x14PrefillSuffixRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12&\n" +
-	"\x05extra\x18\x02 \x03(\v2\x10.ctxd.v1.SegmentR\x05extra\"\xc3\x02\n" +
+	"\x05extra\x18\x02 \x03(\v2\x10.ctxd.v1.SegmentR\x05extra\x12\x1a\n" +
+	"\bprogress\x18\x03 \x01(\bR\bprogress\"\xc3\x02\n" +
 	"\vPrefixReply\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12'\n" +
 	"\x0freusable_tokens\x18\x02 \x01(\x03R\x0ereusableTokens\x12#\n" +
@@ -4975,11 +5084,12 @@ const file_ctxd_proto_rawDesc = "" +
 	"\n" +
 	"elapsed_us\x18\a \x01(\x03R\telapsedUs\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\b \x01(\x04R\tsessionId\"C\n" +
+	"session_id\x18\b \x01(\x04R\tsessionId\"_\n" +
 	"\x0eRestoreRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\">\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\bprogress\x18\x03 \x01(\bR\bprogress\">\n" +
 	"\fRestoreReply\x12.\n" +
 	"\x06report\x18\x01 \x01(\v2\x16.ctxd.v1.RestoreReportR\x06report\"\x16\n" +
 	"\x14ListSnapshotsRequest\"\x80\x02\n" +
@@ -5104,7 +5214,7 @@ func file_ctxd_proto_rawDescGZIP() []byte {
 }
 
 var file_ctxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_ctxd_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: ctxd.v1.ErrorCode
 	(SegmentKind)(0),              // 1: ctxd.v1.SegmentKind
@@ -5132,41 +5242,42 @@ var file_ctxd_proto_goTypes = []any{
 	(*OpenSessionRequest)(nil),    // 23: ctxd.v1.OpenSessionRequest
 	(*OpenSessionReply)(nil),      // 24: ctxd.v1.OpenSessionReply
 	(*EnsurePrefixRequest)(nil),   // 25: ctxd.v1.EnsurePrefixRequest
-	(*PrefillSuffixRequest)(nil),  // 26: ctxd.v1.PrefillSuffixRequest
-	(*PrefixReply)(nil),           // 27: ctxd.v1.PrefixReply
-	(*SamplingParams)(nil),        // 28: ctxd.v1.SamplingParams
-	(*DecodeRequest)(nil),         // 29: ctxd.v1.DecodeRequest
-	(*TokenEvent)(nil),            // 30: ctxd.v1.TokenEvent
-	(*DecodeReply)(nil),           // 31: ctxd.v1.DecodeReply
-	(*ExplainRequest)(nil),        // 32: ctxd.v1.ExplainRequest
-	(*SegmentResidency)(nil),      // 33: ctxd.v1.SegmentResidency
-	(*RetrievedBlock)(nil),        // 34: ctxd.v1.RetrievedBlock
-	(*ExplainReply)(nil),          // 35: ctxd.v1.ExplainReply
-	(*TokenRange)(nil),            // 36: ctxd.v1.TokenRange
-	(*RestoreReport)(nil),         // 37: ctxd.v1.RestoreReport
-	(*ColdStatus)(nil),            // 38: ctxd.v1.ColdStatus
-	(*SnapshotRequest)(nil),       // 39: ctxd.v1.SnapshotRequest
-	(*SnapshotReply)(nil),         // 40: ctxd.v1.SnapshotReply
-	(*RestoreRequest)(nil),        // 41: ctxd.v1.RestoreRequest
-	(*RestoreReply)(nil),          // 42: ctxd.v1.RestoreReply
-	(*ListSnapshotsRequest)(nil),  // 43: ctxd.v1.ListSnapshotsRequest
-	(*SnapshotInfo)(nil),          // 44: ctxd.v1.SnapshotInfo
-	(*ListSnapshotsReply)(nil),    // 45: ctxd.v1.ListSnapshotsReply
-	(*DeleteSnapshotRequest)(nil), // 46: ctxd.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotReply)(nil),   // 47: ctxd.v1.DeleteSnapshotReply
-	(*VerifyColdRequest)(nil),     // 48: ctxd.v1.VerifyColdRequest
-	(*ColdProblem)(nil),           // 49: ctxd.v1.ColdProblem
-	(*VerifyColdReply)(nil),       // 50: ctxd.v1.VerifyColdReply
-	(*ReportEditRequest)(nil),     // 51: ctxd.v1.ReportEditRequest
-	(*ReportEditReply)(nil),       // 52: ctxd.v1.ReportEditReply
-	(*CloseSessionRequest)(nil),   // 53: ctxd.v1.CloseSessionRequest
-	(*CloseSessionReply)(nil),     // 54: ctxd.v1.CloseSessionReply
-	(*MetricsRequest)(nil),        // 55: ctxd.v1.MetricsRequest
-	(*TimingHistogram)(nil),       // 56: ctxd.v1.TimingHistogram
-	(*ArenaRange)(nil),            // 57: ctxd.v1.ArenaRange
-	(*MetricsReply)(nil),          // 58: ctxd.v1.MetricsReply
-	nil,                           // 59: ctxd.v1.ExplainReply.TokensByClassEntry
-	nil,                           // 60: ctxd.v1.MetricsReply.ValuesEntry
+	(*ProgressEvent)(nil),         // 26: ctxd.v1.ProgressEvent
+	(*PrefillSuffixRequest)(nil),  // 27: ctxd.v1.PrefillSuffixRequest
+	(*PrefixReply)(nil),           // 28: ctxd.v1.PrefixReply
+	(*SamplingParams)(nil),        // 29: ctxd.v1.SamplingParams
+	(*DecodeRequest)(nil),         // 30: ctxd.v1.DecodeRequest
+	(*TokenEvent)(nil),            // 31: ctxd.v1.TokenEvent
+	(*DecodeReply)(nil),           // 32: ctxd.v1.DecodeReply
+	(*ExplainRequest)(nil),        // 33: ctxd.v1.ExplainRequest
+	(*SegmentResidency)(nil),      // 34: ctxd.v1.SegmentResidency
+	(*RetrievedBlock)(nil),        // 35: ctxd.v1.RetrievedBlock
+	(*ExplainReply)(nil),          // 36: ctxd.v1.ExplainReply
+	(*TokenRange)(nil),            // 37: ctxd.v1.TokenRange
+	(*RestoreReport)(nil),         // 38: ctxd.v1.RestoreReport
+	(*ColdStatus)(nil),            // 39: ctxd.v1.ColdStatus
+	(*SnapshotRequest)(nil),       // 40: ctxd.v1.SnapshotRequest
+	(*SnapshotReply)(nil),         // 41: ctxd.v1.SnapshotReply
+	(*RestoreRequest)(nil),        // 42: ctxd.v1.RestoreRequest
+	(*RestoreReply)(nil),          // 43: ctxd.v1.RestoreReply
+	(*ListSnapshotsRequest)(nil),  // 44: ctxd.v1.ListSnapshotsRequest
+	(*SnapshotInfo)(nil),          // 45: ctxd.v1.SnapshotInfo
+	(*ListSnapshotsReply)(nil),    // 46: ctxd.v1.ListSnapshotsReply
+	(*DeleteSnapshotRequest)(nil), // 47: ctxd.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotReply)(nil),   // 48: ctxd.v1.DeleteSnapshotReply
+	(*VerifyColdRequest)(nil),     // 49: ctxd.v1.VerifyColdRequest
+	(*ColdProblem)(nil),           // 50: ctxd.v1.ColdProblem
+	(*VerifyColdReply)(nil),       // 51: ctxd.v1.VerifyColdReply
+	(*ReportEditRequest)(nil),     // 52: ctxd.v1.ReportEditRequest
+	(*ReportEditReply)(nil),       // 53: ctxd.v1.ReportEditReply
+	(*CloseSessionRequest)(nil),   // 54: ctxd.v1.CloseSessionRequest
+	(*CloseSessionReply)(nil),     // 55: ctxd.v1.CloseSessionReply
+	(*MetricsRequest)(nil),        // 56: ctxd.v1.MetricsRequest
+	(*TimingHistogram)(nil),       // 57: ctxd.v1.TimingHistogram
+	(*ArenaRange)(nil),            // 58: ctxd.v1.ArenaRange
+	(*MetricsReply)(nil),          // 59: ctxd.v1.MetricsReply
+	nil,                           // 60: ctxd.v1.ExplainReply.TokensByClassEntry
+	nil,                           // 61: ctxd.v1.MetricsReply.ValuesEntry
 }
 var file_ctxd_proto_depIdxs = []int32{
 	9,  // 0: ctxd.v1.Request.hello:type_name -> ctxd.v1.HelloRequest
@@ -5175,74 +5286,75 @@ var file_ctxd_proto_depIdxs = []int32{
 	19, // 3: ctxd.v1.Request.unload_model:type_name -> ctxd.v1.UnloadModelRequest
 	23, // 4: ctxd.v1.Request.open_session:type_name -> ctxd.v1.OpenSessionRequest
 	25, // 5: ctxd.v1.Request.ensure_prefix:type_name -> ctxd.v1.EnsurePrefixRequest
-	26, // 6: ctxd.v1.Request.prefill_suffix:type_name -> ctxd.v1.PrefillSuffixRequest
-	29, // 7: ctxd.v1.Request.decode:type_name -> ctxd.v1.DecodeRequest
-	32, // 8: ctxd.v1.Request.explain:type_name -> ctxd.v1.ExplainRequest
-	53, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
+	27, // 6: ctxd.v1.Request.prefill_suffix:type_name -> ctxd.v1.PrefillSuffixRequest
+	30, // 7: ctxd.v1.Request.decode:type_name -> ctxd.v1.DecodeRequest
+	33, // 8: ctxd.v1.Request.explain:type_name -> ctxd.v1.ExplainRequest
+	54, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
 	11, // 10: ctxd.v1.Request.ping:type_name -> ctxd.v1.PingRequest
-	55, // 11: ctxd.v1.Request.metrics:type_name -> ctxd.v1.MetricsRequest
-	39, // 12: ctxd.v1.Request.snapshot:type_name -> ctxd.v1.SnapshotRequest
-	41, // 13: ctxd.v1.Request.restore:type_name -> ctxd.v1.RestoreRequest
-	43, // 14: ctxd.v1.Request.list_snapshots:type_name -> ctxd.v1.ListSnapshotsRequest
-	46, // 15: ctxd.v1.Request.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotRequest
-	48, // 16: ctxd.v1.Request.verify_cold:type_name -> ctxd.v1.VerifyColdRequest
-	51, // 17: ctxd.v1.Request.report_edit:type_name -> ctxd.v1.ReportEditRequest
+	56, // 11: ctxd.v1.Request.metrics:type_name -> ctxd.v1.MetricsRequest
+	40, // 12: ctxd.v1.Request.snapshot:type_name -> ctxd.v1.SnapshotRequest
+	42, // 13: ctxd.v1.Request.restore:type_name -> ctxd.v1.RestoreRequest
+	44, // 14: ctxd.v1.Request.list_snapshots:type_name -> ctxd.v1.ListSnapshotsRequest
+	47, // 15: ctxd.v1.Request.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotRequest
+	49, // 16: ctxd.v1.Request.verify_cold:type_name -> ctxd.v1.VerifyColdRequest
+	52, // 17: ctxd.v1.Request.report_edit:type_name -> ctxd.v1.ReportEditRequest
 	7,  // 18: ctxd.v1.Response.error:type_name -> ctxd.v1.Error
 	10, // 19: ctxd.v1.Response.hello:type_name -> ctxd.v1.HelloReply
 	16, // 20: ctxd.v1.Response.status:type_name -> ctxd.v1.StatusReply
 	18, // 21: ctxd.v1.Response.load_model:type_name -> ctxd.v1.LoadModelReply
 	20, // 22: ctxd.v1.Response.unload_model:type_name -> ctxd.v1.UnloadModelReply
 	24, // 23: ctxd.v1.Response.open_session:type_name -> ctxd.v1.OpenSessionReply
-	27, // 24: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
-	27, // 25: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
-	31, // 26: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
-	35, // 27: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
-	54, // 28: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
+	28, // 24: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
+	28, // 25: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
+	32, // 26: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
+	36, // 27: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
+	55, // 28: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
 	12, // 29: ctxd.v1.Response.ping:type_name -> ctxd.v1.PingReply
-	58, // 30: ctxd.v1.Response.metrics:type_name -> ctxd.v1.MetricsReply
-	40, // 31: ctxd.v1.Response.snapshot:type_name -> ctxd.v1.SnapshotReply
-	42, // 32: ctxd.v1.Response.restore:type_name -> ctxd.v1.RestoreReply
-	45, // 33: ctxd.v1.Response.list_snapshots:type_name -> ctxd.v1.ListSnapshotsReply
-	47, // 34: ctxd.v1.Response.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotReply
-	50, // 35: ctxd.v1.Response.verify_cold:type_name -> ctxd.v1.VerifyColdReply
-	52, // 36: ctxd.v1.Response.report_edit:type_name -> ctxd.v1.ReportEditReply
-	30, // 37: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
-	0,  // 38: ctxd.v1.Error.code:type_name -> ctxd.v1.ErrorCode
-	8,  // 39: ctxd.v1.Error.overflow:type_name -> ctxd.v1.Overflow
-	14, // 40: ctxd.v1.StatusReply.model:type_name -> ctxd.v1.ModelInfo
-	15, // 41: ctxd.v1.StatusReply.capacity:type_name -> ctxd.v1.Capacity
-	14, // 42: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
-	15, // 43: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
-	1,  // 44: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 45: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
-	21, // 46: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
-	22, // 47: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
-	27, // 48: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
-	22, // 49: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
-	21, // 50: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
-	28, // 51: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
-	3,  // 52: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
-	1,  // 53: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 54: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
-	33, // 55: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
-	59, // 56: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
-	15, // 57: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
-	34, // 58: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
-	37, // 59: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
-	38, // 60: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
-	36, // 61: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
-	37, // 62: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
-	44, // 63: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
-	38, // 64: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
-	49, // 65: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
-	56, // 66: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
-	57, // 67: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
-	60, // 68: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
-	69, // [69:69] is the sub-list for method output_type
-	69, // [69:69] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	59, // 30: ctxd.v1.Response.metrics:type_name -> ctxd.v1.MetricsReply
+	41, // 31: ctxd.v1.Response.snapshot:type_name -> ctxd.v1.SnapshotReply
+	43, // 32: ctxd.v1.Response.restore:type_name -> ctxd.v1.RestoreReply
+	46, // 33: ctxd.v1.Response.list_snapshots:type_name -> ctxd.v1.ListSnapshotsReply
+	48, // 34: ctxd.v1.Response.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotReply
+	51, // 35: ctxd.v1.Response.verify_cold:type_name -> ctxd.v1.VerifyColdReply
+	53, // 36: ctxd.v1.Response.report_edit:type_name -> ctxd.v1.ReportEditReply
+	31, // 37: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
+	26, // 38: ctxd.v1.StreamEvent.progress:type_name -> ctxd.v1.ProgressEvent
+	0,  // 39: ctxd.v1.Error.code:type_name -> ctxd.v1.ErrorCode
+	8,  // 40: ctxd.v1.Error.overflow:type_name -> ctxd.v1.Overflow
+	14, // 41: ctxd.v1.StatusReply.model:type_name -> ctxd.v1.ModelInfo
+	15, // 42: ctxd.v1.StatusReply.capacity:type_name -> ctxd.v1.Capacity
+	14, // 43: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
+	15, // 44: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
+	1,  // 45: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 46: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
+	21, // 47: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
+	22, // 48: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
+	28, // 49: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
+	22, // 50: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
+	21, // 51: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
+	29, // 52: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
+	3,  // 53: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
+	1,  // 54: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 55: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
+	34, // 56: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
+	60, // 57: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
+	15, // 58: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
+	35, // 59: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
+	38, // 60: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
+	39, // 61: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
+	37, // 62: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
+	38, // 63: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
+	45, // 64: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
+	39, // 65: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
+	50, // 66: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
+	57, // 67: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
+	58, // 68: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
+	61, // 69: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
+	70, // [70:70] is the sub-list for method output_type
+	70, // [70:70] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_ctxd_proto_init() }
@@ -5292,6 +5404,7 @@ func file_ctxd_proto_init() {
 	}
 	file_ctxd_proto_msgTypes[2].OneofWrappers = []any{
 		(*StreamEvent_Token)(nil),
+		(*StreamEvent_Progress)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -5299,7 +5412,7 @@ func file_ctxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxd_proto_rawDesc), len(file_ctxd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   57,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
