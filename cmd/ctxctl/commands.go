@@ -9,20 +9,13 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/policy"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
-		return err
-	}
-	c, err := e.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	st, err := c.Status(ctx)
+	st, err := query(ctx, e, fs, args, func(c *client.Client) (*pb.StatusReply, error) { return c.Status(ctx) })
 	if err != nil {
 		return err
 	}

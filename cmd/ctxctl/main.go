@@ -146,3 +146,18 @@ func (e *env) printJSON(v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// query parses args into fs, dials the daemon, runs call with the client
+// and closes it: the shape of every read-only command.
+func query[T any](ctx context.Context, e *env, fs *flag.FlagSet, args []string, call func(*client.Client) (T, error)) (T, error) {
+	var zero T
+	if err := parse(fs, e, args); err != nil {
+		return zero, err
+	}
+	c, err := e.dial(ctx)
+	if err != nil {
+		return zero, err
+	}
+	defer c.Close()
+	return call(c)
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/ctxd/ctxd/client"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/tools/ctxtrace"
 )
 
@@ -31,15 +32,9 @@ type arenaRangeJSON struct {
 func cmdMetrics(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON: values, timings (count, p50_us, p99_us, buckets), arena ranges")
-	if err := parse(fs, e, args); err != nil {
-		return err
-	}
-	c, err := e.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	m, err := c.Metrics(ctx, client.MetricsOptions{NoText: *asJSON})
+	m, err := query(ctx, e, fs, args, func(c *client.Client) (*pb.MetricsReply, error) {
+		return c.Metrics(ctx, client.MetricsOptions{NoText: *asJSON})
+	})
 	if err != nil {
 		return err
 	}

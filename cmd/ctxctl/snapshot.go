@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 const snapshotUsage = `usage: ctxctl snapshot save NAME [--session ID] [--json]
@@ -130,15 +131,7 @@ func snapshotRestore(ctx context.Context, e *env, args []string) error {
 func snapshotList(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("snapshot ls", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
-		return err
-	}
-	c, err := e.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	r, err := c.Snapshots(ctx)
+	r, err := query(ctx, e, fs, args, func(c *client.Client) (*pb.ListSnapshotsReply, error) { return c.Snapshots(ctx) })
 	if err != nil {
 		return err
 	}
@@ -184,15 +177,7 @@ var errProblems = errors.New("the SSD tier has bad files")
 func snapshotVerify(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("snapshot verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
-		return err
-	}
-	c, err := e.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	r, err := c.VerifyCold(ctx)
+	r, err := query(ctx, e, fs, args, func(c *client.Client) (*pb.VerifyColdReply, error) { return c.VerifyCold(ctx) })
 	if err != nil {
 		return err
 	}
