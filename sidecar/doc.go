@@ -21,4 +21,16 @@
 //     KV equal to each other.
 //   - Only peers with the server's uid (or a configured allow list) talk to
 //     it.
+//   - A snapshot is reported committed only after its blocks and its file
+//     are durably in the SSD tier (snapshot.go); a restore reproduces the
+//     saved engine state byte for byte, and both the saved and the restored
+//     session recompute the last token's logits, so they continue alike.
+//   - KV bytes are only reused where their key says they are equal: SSD
+//     blocks are addressed by model, KV settings, token chain, position and
+//     content; arena blocks adopted from closed sessions or an earlier run
+//     (orphan.go) are matched by their tokens and checked by their hash
+//     chain before use.
+//   - The SSD tier is optional: when it cannot be opened or stands aside
+//     (disk full, I/O errors) sessions keep running on host RAM and Status,
+//     Explain and the logs say why.
 package sidecar

@@ -99,11 +99,12 @@ func (s swatch) Thumbnail(c *draw.Canvas) {
 	c.FillPolygon(s.color, []vg.Point{r.Min, {X: r.Max.X, Y: r.Min.Y}, r.Max, {X: r.Min.X, Y: r.Max.Y}})
 }
 
-// explainSpans lays out the two bands of ex. Segments and retrieved blocks
-// are drawn where they are. ExplainReply gives each segment's count of
-// hot tokens but not their positions, so a segment's other hot tokens are
-// drawn at its end (the most recent tokens, where the hot set's recent
-// window lives) and the rest of it as parked.
+// explainSpans lays out the two bands of ex. Segments, the hot ranges and
+// retrieved blocks are drawn where they are. A reply without hot_ranges
+// (an older daemon) gives each segment's count of hot tokens but not their
+// positions: then a segment's other hot tokens are drawn at its end (the
+// most recent tokens, where the hot set's recent window lives) and the
+// rest of it as parked.
 func explainSpans(ex *pb.ExplainReply) (segs, engine []span, total float64) {
 	total = float64(ex.GetResidentTokens())
 	for _, s := range ex.GetSegments() {
@@ -117,6 +118,17 @@ func explainSpans(ex *pb.ExplainReply) (segs, engine []span, total float64) {
 	if !hotSetMode(ex) {
 		if total > 0 {
 			engine = append(engine, span{0, total, hotColor, "in engine"})
+		}
+		return segs, engine, total
+	}
+	if hr := ex.GetHotRanges(); len(hr) > 0 {
+		// Exact: the daemon lists the stream ranges in the engine.
+		engine = append(engine, span{0, total, parkedColor, ""})
+		for _, r := range hr {
+			engine = append(engine, span{float64(r.GetStart()), float64(r.GetEnd()), hotColor, ""})
+		}
+		for _, b := range ex.GetRetrieved() {
+			engine = append(engine, span{float64(b.GetFirstToken()), float64(b.GetFirstToken() + b.GetTokens()), retrievedColor, ""})
 		}
 		return segs, engine, total
 	}
@@ -174,7 +186,7 @@ func writeExplainPNG(ex *pb.ExplainReply, path string) error {
 	}
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.X.Label.Text = "token position in the session"
-	if hotSetMode(ex) {
+	if hotSetMode(ex) && len(ex.GetHotRanges()) == 0 {
 		p.X.Label.Text += " (engine: retrieved blocks where they are; a segment's other hot tokens drawn at its end)"
 	}
 	p.X.Label.TextStyle.Font.Size = vg.Points(9)
