@@ -52,7 +52,8 @@ func (srv *Server) openCold() {
 }
 
 // derivedColdQuota is a quarter of the free space where the store lives
-// (its parent when the folder does not exist yet), at least 1 GiB.
+// (its parent when the folder does not exist yet); 1 GiB when that cannot
+// be measured.
 func derivedColdQuota(dir string) int64 {
 	var fs unix.Statfs_t
 	for d := dir; ; d = filepath.Dir(d) {
@@ -64,7 +65,7 @@ func derivedColdQuota(dir string) int64 {
 		}
 	}
 	free := int64(fs.Bavail) * int64(fs.Bsize)
-	return max(free/4, 1<<30)
+	return max(free/4, 1)
 }
 
 // coldCompat is what a saved blob depends on for the loaded model.

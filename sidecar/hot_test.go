@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/policy"
 )
@@ -261,4 +262,28 @@ func TestFullArenaSpillsToSSDAndRecallsFromIt(t *testing.T) {
 		t.Fatalf("needle recall through the SSD tier: accuracy %.2f, needle block retrieved %v (%d blocks spilled)", acc, found, ex.ColdBlocks)
 	}
 	t.Logf("recall with a 1 MiB arena spilling to SSD: %.2f; %d blocks (%d tokens) on SSD", acc, ex.ColdBlocks, ex.ColdTokens)
+}
+
+// TestModelWithoutShiftFallsBackToDense: the decision for a model whose
+// positions llama.cpp cannot shift (both shared models can, so the facts
+// are the real model's with CanShift cleared).
+func TestModelWithoutShiftFallsBackToDense(t *testing.T) {
+	m, err := llama.Load(testmodel.Needle(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	facts := m.Facts()
+	m.Close()
+	if !facts.CanShift {
+		t.Fatal("needle.gguf is expected to shift")
+	}
+	hc, err := resolveHot(&Config{HotTokens: 256}, facts, policy.Capacity{})
+	if err != nil || hc.noShift || hc.budget != 256 {
+		t.Fatalf("shiftable model: %+v %v", hc, err)
+	}
+	facts.CanShift = false
+	hc, err = resolveHot(&Config{HotTokens: 256}, facts, policy.Capacity{})
+	if err != nil || !hc.noShift || hc.budget != 0 {
+		t.Fatalf("model without shift: %+v %v (want the dense fallback)", hc, err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -315,6 +316,16 @@ func (srv *Server) write(ctx context.Context, c *snapCapture) (*pb.SnapshotReply
 		return nil, coldErr(err)
 	}
 	if err := srv.cold.SaveSnapshot(ctx, c.snap); err != nil {
+		if errors.Is(err, coldstore.ErrMissingBlock) {
+			// Blocks that failed to write, or that the quota collected
+			// before the snapshot could claim them.
+			st := srv.cold.Stats()
+			cause := st.Unavailable
+			if cause == "" {
+				cause = fmt.Sprintf("the quota of %d bytes cannot hold this snapshot's %d raw bytes", st.QuotaBytes, c.raw)
+			}
+			return nil, fmt.Errorf("%w: snapshot %s not saved: %s (%v)", protocol.ErrResourceExhausted, c.snap.Name, cause, err)
+		}
 		return nil, coldErr(err)
 	}
 	srv.metrics.ObserveColdWrite(int(srv.cold.Stats().WrittenBytes-before), time.Since(start))

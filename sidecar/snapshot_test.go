@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -424,4 +425,46 @@ func TestProgressEventsForLongCalls(t *testing.T) {
 	if _, err := s.EnsurePrefix(ctx, tokenManifest(randomTokens(21, 3000), randomTokens(22, 100))); err != nil || len(got) != 0 {
 		t.Fatalf("plain call: %v, %d progress events", err, len(got))
 	}
+}
+
+// TestFullDiskSSDTierStandsAside runs the SSD tier on a real 1 MiB tmpfs:
+// a snapshot that does not fit fails with a typed error, the tier says why,
+// and the session keeps working on host RAM.
+func TestFullDiskSSDTierStandsAside(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a 1 MiB tmpfs here: %v: %s", err, out)
+	}
+	// A quota above the disk size: the disk fills before the quota does.
+	ts := startServer(t, Config{ContextTokens: 4096, IdleSnapshot: -1, ColdDir: filepath.Join(mnt, "cold"), ColdQuotaBytes: 64 << 20})
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	ctx := context.Background()
+	c := dial(t, ts)
+	s := openSession(t, c)
+	if _, err := s.EnsurePrefix(ctx, tokenManifest(randomTokens(31, 3500))); err != nil {
+		t.Fatal(err)
+	}
+	// 3,501 tokens × 640 bytes ≈ 2.2 MB of KV: more than the disk holds.
+	_, snapErr := s.Snapshot(ctx, "too-big")
+	if !errors.Is(snapErr, client.ErrResourceExhausted) || !strings.Contains(snapErr.Error(), "no space left") {
+		t.Fatalf("snapshot on a full disk: %v, want ErrResourceExhausted naming the full disk", snapErr)
+	}
+	ex, err := s.Explain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex.GetCold().GetFailed() == 0 && ex.GetCold().GetUnavailable() == "" {
+		t.Fatalf("the SSD tier does not report the failure: %v", ex.GetCold())
+	}
+	// The session keeps running on host RAM.
+	if _, err := s.EnsurePrefix(ctx, tokenManifest(randomTokens(31, 3500), randomTokens(32, 50))); err != nil {
+		t.Fatal(err)
+	}
+	if toks := greedyN(t, s, 4); len(toks) != 4 {
+		t.Fatalf("decode after the disk filled: %v", toks)
+	}
+	t.Logf("snapshot error: %v; cold: %v", snapErr, ex.GetCold())
 }
