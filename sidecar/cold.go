@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ctxd/ctxd/coldstore"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -73,7 +75,7 @@ func (srv *Server) coldCompat() coldstore.Compat {
 	return coldstore.Compat{
 		ModelDigest: srv.slot.facts.Digest, KVType: srv.cfg.KVType.String(),
 		FlashAttention: srv.cfg.FlashAttention, Unified: true,
-		Settings: fmt.Sprintf("format=%d", formatVersion),
+		Settings: fmt.Sprintf("format=%d envelope=1", formatVersion),
 	}
 }
 
@@ -143,11 +145,50 @@ func coldErr(err error) error {
 // a fetch (read and decompression), also the fetch latency of tier "ssd".
 func (srv *Server) coldGet(ctx context.Context, key coldstore.Key, id uint64) ([]byte, error) {
 	t := srv.metrics.beginPhase(phaseDecompress, id)
-	_, blob, err := srv.cold.Get(ctx, key)
+	_, stored, err := srv.cold.Get(ctx, key)
+	var blob []byte
+	if err == nil {
+		blob, err = fromCold(stored)
+	}
 	d := t.end()
 	if err == nil {
 		srv.metrics.ObserveFetch(TierSSD, d)
 		srv.metrics.ObserveColdRead(len(blob), d)
 	}
 	return blob, err
+}
+
+// Blobs in the SSD tier carry an 8-byte envelope saying how their bytes
+// were laid out for compression (8 bytes keep the f16 byte planes
+// aligned): the engine's bytes as they are, or with a transposed V
+// rewritten token by token (llama.TokenMajor), which compresses better.
+var (
+	envelopeRaw        = []byte("ctxdkvR1")
+	envelopeTokenMajor = []byte("ctxdkvT1")
+)
+
+// toCold wraps an engine blob for the SSD tier.
+func toCold(blob []byte) []byte {
+	tm, changed := llama.TokenMajor(blob)
+	env := envelopeRaw
+	if changed {
+		env = envelopeTokenMajor
+	}
+	out := make([]byte, 0, len(env)+len(tm))
+	return append(append(out, env...), tm...)
+}
+
+// fromCold unwraps a blob read from the SSD tier.
+func fromCold(stored []byte) ([]byte, error) {
+	if len(stored) < 8 {
+		return nil, fmt.Errorf("%w: SSD-tier blob of %d bytes has no envelope", protocol.ErrInternal, len(stored))
+	}
+	switch env, body := stored[:8], stored[8:]; {
+	case bytes.Equal(env, envelopeRaw):
+		return body, nil
+	case bytes.Equal(env, envelopeTokenMajor):
+		return llama.FromTokenMajor(body)
+	default:
+		return nil, fmt.Errorf("%w: SSD-tier blob with unknown envelope %q", protocol.ErrInternal, env)
+	}
 }

@@ -254,9 +254,10 @@ func (srv *Server) spill(sess *session, b *hotBlock) error {
 	meta := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0,
 		ElemBytes: elemBytes(srv.cfg.KVType), Class: uint8(b.class), Segment: b.segID}
 	if !srv.cold.Has(b.coldKey) {
-		err := srv.cold.Enqueue(b.coldKey, meta, kv)
+		stored := toCold(kv)
+		err := srv.cold.Enqueue(b.coldKey, meta, stored)
 		if errors.Is(err, coldstore.ErrQueueFull) {
-			err = srv.cold.Put(context.Background(), b.coldKey, meta, kv)
+			err = srv.cold.Put(context.Background(), b.coldKey, meta, stored)
 		}
 		if err != nil {
 			return err

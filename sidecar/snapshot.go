@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -79,8 +80,9 @@ type snapBlock struct {
 	Hot       bool
 	PStart    int
 	Pos0      int
-	KV        int // index into Snapshot.Blocks of its parked KV; -1: none
-	Off, Len  int // its bytes in that blob; Len -1: the whole blob
+	KV        int  // index into Snapshot.Blocks of its parked KV; -1: none
+	Off, Len  int  // its bytes in that blob; Len -1: the whole blob
+	TM        bool // those bytes are llama.TokenMajor's rewrite of the engine's
 	LastUsed  int64
 	Score     float64
 	Reason    string
@@ -224,13 +226,17 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 					flush()
 				}
 				off := len(ext.blob)
-				var err error
-				if ext.blob, err = srv.slot.arena.ReadKV(b.id, ext.blob); err != nil {
-					ext.blob = ext.blob[:off]
+				kv, err := srv.slot.arena.ReadKV(b.id, nil)
+				if err != nil {
 					b.stored = false
 					h.note(fmt.Sprintf("block %d unreadable from the arena while saving: %v", b.id, err))
 					break
 				}
+				// Each block is rewritten on its own: the extent is only
+				// their concatenation.
+				tm, changed := llama.TokenMajor(kv)
+				ext.blob = append(ext.blob, tm...)
+				sb.TM = changed
 				if len(ext.members) == 0 {
 					ext.group, ext.pos0 = b.seq/extentBlocks, b.pos0
 				}
@@ -304,10 +310,11 @@ func (srv *Server) write(ctx context.Context, c *snapCapture) (*pb.SnapshotReply
 	start := time.Now()
 	before := srv.cold.Stats().WrittenBytes
 	for _, p := range c.pending {
-		err := srv.cold.Enqueue(p.key, p.meta, p.blob)
+		stored := toCold(p.blob)
+		err := srv.cold.Enqueue(p.key, p.meta, stored)
 		if err != nil {
 			// A full queue: write this one here (the caller waits anyway).
-			if err = srv.cold.Put(ctx, p.key, p.meta, p.blob); err != nil {
+			if err = srv.cold.Put(ctx, p.key, p.meta, stored); err != nil {
 				return nil, coldErr(err)
 			}
 		}
@@ -687,6 +694,9 @@ func (srv *Server) restoreHot(ctx context.Context, sess *session, snap coldstore
 						fb.err = fmt.Errorf("block bytes [%d,+%d) outside its blob of %d", sb.Off, sb.Len, len(blob))
 					} else {
 						blob = blob[sb.Off : sb.Off+sb.Len]
+						if sb.TM {
+							blob, fb.err = llama.FromTokenMajor(blob)
+						}
 					}
 				} else {
 					b.coldKey, b.hasKey = snap.Blocks[sb.KV].Key, true // a spilled block: its own blob

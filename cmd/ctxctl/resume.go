@@ -21,6 +21,7 @@ import (
 type resumeResult struct {
 	Model            string  `json:"model"`
 	KVType           string  `json:"kv_type"`
+	FlashAttention   bool    `json:"flash_attention"`
 	Mode             string  `json:"mode"` // dense or hot (hot budget)
 	Tokens           int     `json:"tokens"`
 	Text             string  `json:"text"`
@@ -49,6 +50,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	hot := fs.Int("hot", -1, "hot budget (0: dense; -1: dense when the session fits the model's window, else 512)")
 	kv := fs.String("kv", "f16", "KV type: f16, q8_0 (needs a head size that is a multiple of 32) or f32")
 	gen := fs.Int("generate", 16, "greedy tokens compared before and after the resume")
+	flashAttn := fs.Bool("flash-attn", false, "flash attention (always on with q8_0); its KV stores V token-major, which compresses better")
 	seed := fs.Uint64("seed", 1, "seed of random token ids (without traces)")
 	traces := fs.String("traces", envOr("CTXD_TRACES", "../shared/traces"), "session text: SWE-agent trajectories (random token ids when none)")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -65,7 +67,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg := sidecar.Config{ModelPath: *model, DataDir: filepath.Join(dir, "data"), SocketPath: filepath.Join(dir, "a.sock"),
-		KVType: kvType, FlashAttention: kvType == policy.KVTypeQ8_0, IdleSnapshot: -1, Version: "ctxctl-bench"}
+		KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, IdleSnapshot: -1, Version: "ctxctl-bench"}
 	p, err := sidecar.StartPrivate(cfg)
 	if err != nil {
 		return err
@@ -85,7 +87,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	window := int(st.GetModel().GetTrainedContext())
-	res := resumeResult{Model: *model, KVType: kvType.String(), Tokens: *tokens, Mode: "dense"}
+	res := resumeResult{Model: *model, KVType: kvType.String(), Tokens: *tokens, Mode: "dense", FlashAttention: cfg.FlashAttention}
 	if *hot < 0 {
 		*hot = 0
 		if *tokens+*gen+8 > window {
@@ -200,7 +202,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	if *asJSON {
 		return e.printJSON(res)
 	}
-	fmt.Fprintf(e.stdout, "model %s, KV %s, %s, %d tokens\n", filepath.Base(*model), res.KVType, res.Mode, res.Tokens)
+	fmt.Fprintf(e.stdout, "model %s, KV %s (flash attention %v), %s, %d tokens\n", filepath.Base(*model), res.KVType, res.FlashAttention, res.Mode, res.Tokens)
 	fmt.Fprintf(e.stdout, "prefill_s %.3f  resume_ssd_s %.4f (%.0f×)  resume_arena_s %.4f (%.0f×)\n",
 		res.PrefillS, res.ResumeSSDS, res.SSDSpeedup, res.ResumeArenaS, res.ArenaSpeedup)
 	fmt.Fprintf(e.stdout, "raw_bytes %d  compressed_bytes %d  (%.3f of raw; save %.3f s; page cache dropped %v)\n",
