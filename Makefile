@@ -24,7 +24,7 @@ export CTXD_TRACES  := $(TRACES)
 
 BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace
 
-.PHONY: all build deps headers test test-short vet bench eval run generate install clean
+.PHONY: all build deps headers test test-short vet bench bench-synth eval run generate install clean
 
 all: build
 
@@ -61,6 +61,15 @@ BENCH_CTX ?= 8192
 bench: build
 	./bin/ctxctl bench socket --model $(MODEL)
 	./bin/ctxctl bench replay --model $(MODEL) --traces $(TRACES) --ctx $(BENCH_CTX)
+	./bin/ctxctl bench resume --model $(MODEL) --traces $(TRACES) --tokens 65536
+	./bin/ctxctl bench crash --model $(MODEL) --kills 50
+
+# The SSD-tier benchmark on a realistic-size model (684 MiB written to bin/).
+SYNTH_MODEL ?= bin/synth-24l.gguf
+bench-synth: build
+	test -f $(SYNTH_MODEL) || ./bin/ctxctl gen-model --layers 24 --embd 896 --heads 14 --kv-heads 2 --ffn 4864 --out $(SYNTH_MODEL)
+	./bin/ctxctl bench resume --model $(SYNTH_MODEL) --traces $(TRACES) --tokens 4096 --hot 0
+	./bin/ctxctl bench resume --model $(SYNTH_MODEL) --traces $(TRACES) --tokens 4096 --hot 0 --kv q8_0
 
 # Evaluations beyond the window (README "Beyond the trained window").
 eval: build
@@ -68,8 +77,11 @@ eval: build
 	./bin/ctxctl eval ppl --model $(MODEL) --traces $(TRACES) --png bin/ppl.png
 	./bin/ctxctl eval scale --model $(MODEL) --traces $(TRACES) --tokens 200000
 
+# The main job: serve stories260K with a 512-token hot set, so sessions
+# (and the bundled trajectories) grow far past its window.
+RUN_FLAGS ?= --hot 512 --ctx 512
 run: build
-	./bin/ctxd --model $(MODEL)
+	./bin/ctxd --model $(MODEL) $(RUN_FLAGS)
 
 # generate rebuilds the committed generated code: ctxtrace's eBPF object and
 # its Go bindings (bpf2go; needs clang-14 and llvm-strip-14:

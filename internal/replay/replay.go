@@ -113,6 +113,9 @@ func Run(ctx context.Context, c *client.Client, tr *trace.Trajectory, o Options)
 	}
 	rep.Summary.fill(rep.Turns, o.VerifyCold)
 	if o.SaveSnapshot != "" {
+		if len(rep.Turns) == 0 {
+			return rep, fmt.Errorf("nothing to save as %s: no turn of the trace fit the context (overflow at turn %d)", o.SaveSnapshot, rep.Summary.OverflowAtTurn)
+		}
 		if _, err := warm.Snapshot(ctx, o.SaveSnapshot); err != nil {
 			return rep, fmt.Errorf("saving snapshot %s: %w", o.SaveSnapshot, err)
 		}
