@@ -2,9 +2,7 @@ package sidecar
 
 import (
 	"context"
-	"fmt"
 
-	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
@@ -12,15 +10,9 @@ import (
 // the capacity figures. Session 0 means the most recently used session.
 // Any connection of an allowed peer may ask; nothing is changed.
 func (srv *Server) explain(ctx context.Context, r *pb.ExplainRequest) (*pb.ExplainReply, error) {
-	id := r.GetSessionId()
-	srv.mu.Lock()
-	if id == 0 {
-		id = srv.lastSession
-	}
-	sess, ok := srv.sessions[id]
-	srv.mu.Unlock()
-	if !ok {
-		return nil, fmt.Errorf("%w: session %d", protocol.ErrNotFound, id)
+	sess, err := srv.anySession(r.GetSessionId())
+	if err != nil {
+		return nil, err
 	}
 	if err := srv.slot.acquire(ctx); err != nil {
 		return nil, err
