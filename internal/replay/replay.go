@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ctxd/ctxd/client"
@@ -177,7 +178,7 @@ func verifyCold(ctx context.Context, c *client.Client, turn trace.Turn, o Option
 	if err != nil {
 		return err
 	}
-	match := equal(warm.Tokens, cold.Tokens)
+	match := slices.Equal(warm.Tokens, cold.Tokens)
 	diff := 0.0
 	for i := 0; i < min(len(warmLogits), len(coldLogits)); i++ {
 		if i > 0 && warm.Tokens[i-1] != cold.Tokens[i-1] {
@@ -235,18 +236,6 @@ func ratio(a, b int) float64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func equal(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
 
 func maxAbsDiff(a, b []float32) float64 {
 	d := 0.0

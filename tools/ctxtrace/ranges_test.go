@@ -2,6 +2,7 @@ package ctxtrace
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -19,7 +20,7 @@ func TestParseArenaMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Range{{0x7f0000000000, 0x7f0000200000}, {0x7f0000300000, 0x7f0000400000}}
-	if !equalRanges(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("ranges %x, want %x (region files only, adjacent ones merged)", got, want)
 	}
 	if _, err := parseArenaMaps(strings.NewReader("zz-yy rw-s 0 0:0 1 /x/region-000000.shm\n")); err == nil {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/ctxd/ctxd/client"
@@ -150,7 +151,7 @@ func traceEBPF(ctx context.Context, o Options, c *client.Client, exe string, fir
 			}
 			return
 		}
-		if equalRanges(rs, last) {
+		if slices.Equal(rs, last) {
 			return
 		}
 		if err := tr.SetArenaRanges(rs); err != nil {
@@ -180,18 +181,6 @@ func traceEBPF(ctx context.Context, o Options, c *client.Client, exe string, fir
 		r.Probes = append(r.Probes, ProbeReportOf(h))
 	}
 	return r, nil
-}
-
-func equalRanges(a, b []Range) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // traceGoSide reads ctxd's Go-side timings at the start and the end and
