@@ -24,7 +24,7 @@ export CTXD_TRACES  := $(TRACES)
 
 BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace
 
-.PHONY: all build deps headers test test-short vet bench bench-synth eval run generate install clean
+.PHONY: all build deps headers test test-short vet bench bench-synth bench-trace eval run generate install clean
 
 all: build
 
@@ -63,6 +63,10 @@ bench: build
 	./bin/ctxctl bench replay --model $(MODEL) --traces $(TRACES) --ctx $(BENCH_CTX)
 	./bin/ctxctl bench resume --model $(MODEL) --traces $(TRACES) --tokens 65536
 	./bin/ctxctl bench crash --model $(MODEL) --kills 50
+
+# What ctxtrace's eBPF probes add to a replay (needs root or CAP_BPF + CAP_PERFMON).
+bench-trace: build
+	./bin/ctxctl bench trace --model $(MODEL) --pairs 3
 
 # The SSD-tier benchmark on a realistic-size model (684 MiB written to bin/).
 SYNTH_MODEL ?= bin/synth-24l.gguf

@@ -33,8 +33,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return benchResume(ctx, e, args[1:])
 	case "crash":
 		return benchCrash(ctx, e, args[1:])
+	case "trace":
+		return benchTrace(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash)", args[0])}
+	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace)", args[0])}
 }
 
 func defaultModel() string {
