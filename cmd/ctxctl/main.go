@@ -32,7 +32,7 @@ commands:
   load --model FILE [--ctx N]    load or switch the model (fails while sessions are open)
   unload                         unload the model
   replay --trace FILE.traj       replay a SWE-agent trajectory turn by turn
-  bench replay|socket|resume|crash  benchmarks (ratios measured in one run)
+  bench replay|socket|resume|crash|trace  benchmarks (ratios measured in one run)
   eval recall                    needle recall beyond the trained window (needle.gguf)
   eval scale [--tokens 200000]   build a long session by streaming, time turns on it
   eval ppl [--tokens N] [--png F] perplexity vs position: dense, sliding, sinks+recent, ctxd
