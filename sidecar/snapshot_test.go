@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/policy"
@@ -467,4 +468,33 @@ func TestFullDiskSSDTierStandsAside(t *testing.T) {
 		t.Fatalf("decode after the disk filled: %v", toks)
 	}
 	t.Logf("snapshot error: %v; cold: %v", snapErr, ex.GetCold())
+}
+
+func TestIdleSessionIsSnapshotted(t *testing.T) {
+	ctx := context.Background()
+	ts := startServer(t, Config{ContextTokens: 1024, IdleSnapshot: 300 * time.Millisecond})
+	c := dial(t, ts)
+	s, err := c.OpenSession(ctx, "idler")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EnsurePrefix(ctx, tokenManifest(randomTokens(41, 200))); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		list, err := c.Snapshots(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sn := range list.GetSnapshots() {
+			if sn.GetName() == "auto-idler" && sn.GetTokens() == 201 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no automatic snapshot of the idle session: %v", list.GetSnapshots())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

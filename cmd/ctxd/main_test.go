@@ -258,7 +258,7 @@ func TestSIGTERMShutsDownCleanly(t *testing.T) {
 		t.Errorf("session context %d, want 512 (--ctx)", s.ContextTokens())
 	}
 	m := policy.Manifest{Segments: []policy.Segment{
-		{ID: "system", Kind: policy.KindSystem, Text: "Once upon a time, there was a little girl named Lily.", Stable: true},
+		{ID: "system", Kind: policy.KindSystem, Text: strings.Repeat("Once upon a time, there was a little girl named Lily. ", 8), Stable: true},
 		{ID: "turn", Kind: policy.KindUserTurn, Text: " One day, Lily saw a big red ball."},
 	}}
 	if _, err := s.EnsurePrefix(ctx, m); err != nil {
@@ -288,6 +288,10 @@ func TestSIGTERMShutsDownCleanly(t *testing.T) {
 	}
 	mustNotExist(t, "socket", p.socket)
 	mustNotExist(t, "lock file", p.lock)
+	// The open session was snapshotted to the SSD tier on the way out.
+	if _, err := os.Stat(filepath.Join(p.dataDir, "cold", "snapshots", "auto-"+t.Name()+".snap")); err != nil {
+		t.Errorf("no automatic snapshot after SIGTERM: %v", err)
+	}
 	// The open connection was closed by the daemon.
 	if err := c.Ping(ctx, nil); !errors.Is(err, client.ErrClosed) {
 		t.Errorf("ping after shutdown: %v, want ErrClosed", err)
