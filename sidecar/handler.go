@@ -140,6 +140,7 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 		KvType:         srv.cfg.KVType.String(),
 		FlashAttention: srv.cfg.FlashAttention,
 		SystemInfo:     llama.SystemInfo(),
+		Cold:           srv.coldStatus(),
 	}
 	srv.mu.Lock()
 	r.Sessions = int32(len(srv.sessions))

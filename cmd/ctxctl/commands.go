@@ -43,6 +43,15 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "hot set\t%d tokens below window %d; arena %.1f MiB = %d tokens; sessions up to %d tokens\n",
 			cp.GetHotTokens(), cp.GetWindowTokens(), float64(cp.GetArenaBytes())/(1<<20), cp.GetArenaTokens(), cp.GetSessionTokens())
 	}
+	if cs := st.GetCold(); cs.GetEnabled() {
+		fmt.Fprintf(w, "ssd tier\t%s: %d blocks, %.1f MiB (%.1f MiB raw) of quota %.1f MiB, %d snapshots\n", cs.GetDir(), cs.GetBlocks(),
+			mib(cs.GetBytes()), mib(cs.GetRawBytes()), mib(cs.GetQuotaBytes()), cs.GetSnapshots())
+		if u := cs.GetUnavailable(); u != "" {
+			fmt.Fprintf(w, "  standing aside\t%s\n", u)
+		}
+	} else {
+		fmt.Fprintf(w, "ssd tier\toff: %s\n", cs.GetUnavailable())
+	}
 	fmt.Fprintf(w, "engine\t%s\n", st.GetSystemInfo())
 	return w.Flush()
 }

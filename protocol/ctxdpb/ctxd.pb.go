@@ -1695,6 +1695,7 @@ type StatusReply struct {
 	KvType         string                 `protobuf:"bytes,6,opt,name=kv_type,json=kvType,proto3" json:"kv_type,omitempty"`
 	FlashAttention bool                   `protobuf:"varint,7,opt,name=flash_attention,json=flashAttention,proto3" json:"flash_attention,omitempty"`
 	SystemInfo     string                 `protobuf:"bytes,8,opt,name=system_info,json=systemInfo,proto3" json:"system_info,omitempty"`
+	Cold           *ColdStatus            `protobuf:"bytes,9,opt,name=cold,proto3" json:"cold,omitempty"` // the SSD tier
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1783,6 +1784,13 @@ func (x *StatusReply) GetSystemInfo() string {
 		return x.SystemInfo
 	}
 	return ""
+}
+
+func (x *StatusReply) GetCold() *ColdStatus {
+	if x != nil {
+		return x.Cold
+	}
+	return nil
 }
 
 type LoadModelRequest struct {
@@ -4881,7 +4889,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"\varena_bytes\x18\r \x01(\x03R\n" +
 	"arenaBytes\x12!\n" +
 	"\farena_tokens\x18\x0e \x01(\x03R\varenaTokens\x12%\n" +
-	"\x0esession_tokens\x18\x0f \x01(\x03R\rsessionTokens\"\xa9\x02\n" +
+	"\x0esession_tokens\x18\x0f \x01(\x03R\rsessionTokens\"\xd2\x02\n" +
 	"\vStatusReply\x12%\n" +
 	"\x0eserver_version\x18\x01 \x01(\tR\rserverVersion\x12(\n" +
 	"\x05model\x18\x02 \x01(\v2\x12.ctxd.v1.ModelInfoR\x05model\x12-\n" +
@@ -4891,7 +4899,8 @@ const file_ctxd_proto_rawDesc = "" +
 	"\akv_type\x18\x06 \x01(\tR\x06kvType\x12'\n" +
 	"\x0fflash_attention\x18\a \x01(\bR\x0eflashAttention\x12\x1f\n" +
 	"\vsystem_info\x18\b \x01(\tR\n" +
-	"systemInfo\"M\n" +
+	"systemInfo\x12'\n" +
+	"\x04cold\x18\t \x01(\v2\x13.ctxd.v1.ColdStatusR\x04cold\"M\n" +
 	"\x10LoadModelRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12%\n" +
 	"\x0econtext_tokens\x18\x02 \x01(\x03R\rcontextTokens\"i\n" +
@@ -5323,38 +5332,39 @@ var file_ctxd_proto_depIdxs = []int32{
 	8,  // 40: ctxd.v1.Error.overflow:type_name -> ctxd.v1.Overflow
 	14, // 41: ctxd.v1.StatusReply.model:type_name -> ctxd.v1.ModelInfo
 	15, // 42: ctxd.v1.StatusReply.capacity:type_name -> ctxd.v1.Capacity
-	14, // 43: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
-	15, // 44: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
-	1,  // 45: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 46: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
-	21, // 47: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
-	22, // 48: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
-	28, // 49: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
-	22, // 50: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
-	21, // 51: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
-	29, // 52: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
-	3,  // 53: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
-	1,  // 54: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 55: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
-	34, // 56: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
-	60, // 57: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
-	15, // 58: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
-	35, // 59: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
-	38, // 60: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
-	39, // 61: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
-	37, // 62: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
-	38, // 63: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
-	45, // 64: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
-	39, // 65: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
-	50, // 66: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
-	57, // 67: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
-	58, // 68: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
-	61, // 69: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
-	70, // [70:70] is the sub-list for method output_type
-	70, // [70:70] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	39, // 43: ctxd.v1.StatusReply.cold:type_name -> ctxd.v1.ColdStatus
+	14, // 44: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
+	15, // 45: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
+	1,  // 46: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 47: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
+	21, // 48: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
+	22, // 49: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
+	28, // 50: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
+	22, // 51: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
+	21, // 52: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
+	29, // 53: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
+	3,  // 54: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
+	1,  // 55: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 56: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
+	34, // 57: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
+	60, // 58: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
+	15, // 59: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
+	35, // 60: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
+	38, // 61: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
+	39, // 62: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
+	37, // 63: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
+	38, // 64: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
+	45, // 65: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
+	39, // 66: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
+	50, // 67: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
+	57, // 68: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
+	58, // 69: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
+	61, // 70: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
+	71, // [71:71] is the sub-list for method output_type
+	71, // [71:71] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_ctxd_proto_init() }
