@@ -376,13 +376,11 @@ func (srv *Server) snapshot(ctx context.Context, r *pb.SnapshotRequest) (*pb.Sna
 	return rep, nil
 }
 
-// captureSession takes the session and the slot, makes it resident and
-// captures it.
+// captureSession takes the slot, makes the session resident and captures
+// it. Session state changes only under the slot token, so a call in
+// flight on the session is simply waited for (it holds the token for its
+// whole run) and the capture sees the state between two calls.
 func (srv *Server) captureSession(ctx context.Context, sess *session, name string) (*snapCapture, error) {
-	if !sess.busy.TryLock() {
-		return nil, fmt.Errorf("%w: session %d has a call in flight", protocol.ErrSessionBusy, sess.id)
-	}
-	defer sess.busy.Unlock()
 	if err := srv.slot.acquire(ctx); err != nil {
 		return nil, fmt.Errorf("%w: waiting for the engine: %v", protocol.ErrCancelled, err)
 	}
@@ -845,7 +843,7 @@ func autoName(sess *session) string {
 
 // autoSnapshot captures sess for an automatic snapshot when it changed
 // since the last one; the write continues in the background. The caller
-// holds the slot token and sess's busy lock.
+// holds the slot token.
 func (srv *Server) autoSnapshot(sess *session, why string) {
 	if srv.cold == nil || srv.cold.Err() != nil || sess.closed || sess.cold || len(sess.tape) < minAutoSnapshotTokens || sess.version == sess.savedVersion {
 		return
@@ -927,16 +925,22 @@ func (srv *Server) idleSnapshots(ctx context.Context) {
 		}
 		srv.mu.Unlock()
 		for _, sess := range due {
-			if !sess.busy.TryLock() {
+			srv.mu.Lock()
+			idleFor := time.Since(sess.lastUsed)
+			srv.mu.Unlock()
+			if idleFor < idle {
 				continue
 			}
-			if srv.slot.acquire(ctx) == nil {
-				if time.Since(sess.lastUsed) >= idle && srv.slot.model != nil {
-					srv.autoSnapshot(sess, "idle")
-				}
-				srv.slot.release()
+			// Only when the engine is free: never delay a client's call.
+			select {
+			case <-srv.slot.token:
+			default:
+				continue
 			}
-			sess.busy.Unlock()
+			if srv.slot.model != nil {
+				srv.autoSnapshot(sess, "idle")
+			}
+			srv.slot.release()
 		}
 	}
 }
