@@ -55,7 +55,7 @@ func (s *Store) gcBatch(quota int64) (removed int, freed int64, more bool, err e
 	for el != nil && s.bytes > quota && removed < gcBatch {
 		prev := el.Prev()
 		e := el.Value.(*blockEntry)
-		if s.refs[e.key] == 0 {
+		if s.refs[e.key] == 0 && s.pins[e.key] == 0 {
 			if rerr := os.Remove(s.blockPath(e.key)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 				err = fmt.Errorf("coldstore: gc: %w", rerr)
 				break
@@ -74,4 +74,25 @@ func (s *Store) gcBatch(quota int64) (removed int, freed int64, more bool, err e
 		s.log.Warn("over quota: the rest is referenced by snapshots", "bytes", s.bytes, "quota", quota)
 	}
 	return removed, freed, more, err
+}
+
+// Pin spares key from garbage collection until a matching Unpin: a block
+// that lives only here while a session still needs it (a spill from a
+// full arena). Pins are held in memory and end with the Store; a key may
+// be pinned before its block is written.
+func (s *Store) Pin(key Key) {
+	s.mu.Lock()
+	s.pins[key]++
+	s.mu.Unlock()
+}
+
+// Unpin releases one Pin of key.
+func (s *Store) Unpin(key Key) {
+	s.mu.Lock()
+	if s.pins[key] <= 1 {
+		delete(s.pins, key)
+	} else {
+		s.pins[key]--
+	}
+	s.mu.Unlock()
 }

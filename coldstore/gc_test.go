@@ -132,3 +132,25 @@ func TestGCOrderSurvivesRestart(t *testing.T) {
 		t.Fatalf("GC: %d %d %v", n, freed, err)
 	}
 }
+
+func TestGCSparesPinnedBlocks(t *testing.T) {
+	bl, size := sameSizeBlocks(t, 6)
+	s, _ := openStore(t, Config{Dir: t.TempDir(), QuotaBytes: 3 * size})
+	s.Pin(bl[0].key) // pinned before it is written
+	for _, b := range bl[:3] {
+		mustPut(t, s, b)
+	}
+	mustPut(t, s, bl[3])
+	mustPut(t, s, bl[4])
+	if !s.Has(bl[0].key) || s.Has(bl[1].key) {
+		t.Fatalf("pinned block collected or the wrong one kept: %v", hasAll(s, bl[:5]))
+	}
+	checkGet(t, s, bl[0])
+	s.Unpin(bl[0].key)
+	s.Unpin(bl[0].key) // an extra Unpin is harmless
+	mustPut(t, s, bl[5])
+	mustPut(t, s, bl[1])
+	if s.Has(bl[0].key) && s.Has(bl[2].key) {
+		t.Fatalf("unpinned blocks never collected: %v", hasAll(s, bl))
+	}
+}

@@ -135,6 +135,7 @@ type Store struct {
 	lru         list.List // of *blockEntry; front = most recently used
 	snaps       map[string]*snapEntry
 	refs        map[Key]int // snapshot references per block (a snapshot naming a block twice counts twice)
+	pins        map[Key]int // in-memory pins (Pin/Unpin): blocks a live session needs
 	bytes       int64       // block + snapshot file bytes
 	rawBytes    int64       // KV bytes of the indexed blocks
 	newestTouch time.Time   // newest mtime set on a block file (write or Get)
@@ -201,6 +202,7 @@ func Open(ctx context.Context, cfg Config) (*Store, OpenReport, error) {
 		blocks:    make(map[Key]*blockEntry),
 		snaps:     make(map[string]*snapEntry),
 		refs:      make(map[Key]int),
+		pins:      make(map[Key]int),
 		pending:   make(map[Key]*job),
 		inflight:  make(map[uint64]Key),
 		failures:  make(map[uint64]error),

@@ -263,8 +263,19 @@ func (srv *Server) spill(sess *session, b *hotBlock) error {
 			return err
 		}
 	}
+	// The SSD copy is now the block's only one: spare it from the quota's
+	// collection while the session may still retrieve it.
+	srv.cold.Pin(b.coldKey)
 	b.cold = true
 	return nil
+}
+
+// dropCold forgets a block's SSD copy: the quota may collect it again.
+func (srv *Server) dropCold(b *hotBlock) {
+	if b.cold && b.hasKey && srv.cold != nil {
+		srv.cold.Unpin(b.coldKey)
+	}
+	b.cold = false
 }
 
 // coldKV reads a spilled block back from the SSD tier, waiting for its
@@ -436,6 +447,7 @@ func (srv *Server) hotTruncate(sess *session, n int) (int, error) {
 		if b.stored && srv.slot.arena != nil {
 			srv.slot.arena.Delete(b.id)
 		}
+		srv.dropCold(b)
 		h.index.Remove(b.id)
 	}
 	if len(sess.tape) > h.tailV {
@@ -612,7 +624,7 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 			if m.b.stored {
 				m.b.stored = false
 			} else {
-				m.b.cold = false
+				srv.dropCold(m.b)
 			}
 			h.note(fmt.Sprintf("block %d unreadable: %v", m.b.id, err))
 			continue
@@ -623,7 +635,8 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 			if m.b.stored {
 				srv.slot.arena.Delete(m.b.id)
 			}
-			m.b.stored, m.b.cold = false, false
+			m.b.stored = false
+			srv.dropCold(m.b)
 			h.note(fmt.Sprintf("block %d refused by the engine on admission: %v", m.b.id, err))
 			continue
 		}

@@ -411,6 +411,11 @@ func (srv *Server) dropSession(ctx context.Context, sess *session) error {
 	}
 	sess.closed = true
 	if srv.slot.model != nil {
+		if sess.hot != nil {
+			for _, b := range sess.hot.blocks {
+				srv.dropCold(b)
+			}
+		}
 		if sess.hot != nil && srv.slot.arena != nil && !sess.cold {
 			// Its parked blocks stay for a later session to resume.
 			srv.orphanFromSession(sess)

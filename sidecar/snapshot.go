@@ -561,11 +561,12 @@ func (srv *Server) fetchAll(ctx context.Context, keys []coldstore.Key) (<-chan f
 
 // clearSession empties sess (resident) in the engine and the arena.
 func (srv *Server) clearSession(sess *session) error {
-	if sess.hot != nil && srv.slot.arena != nil {
+	if sess.hot != nil {
 		for _, b := range sess.hot.blocks {
-			if b.stored {
+			if b.stored && srv.slot.arena != nil {
 				srv.slot.arena.Delete(b.id)
 			}
+			srv.dropCold(b)
 		}
 	}
 	if _, err := srv.slot.ectx.Remove(0, -1); err != nil {
