@@ -49,15 +49,22 @@ func nameArg(fs *flag.FlagSet, e *env, args []string) (string, error) {
 	return name, nil
 }
 
+// namedClient parses a snapshot command's NAME and flags and dials the
+// daemon.
+func (e *env) namedClient(ctx context.Context, fs *flag.FlagSet, args []string) (string, *client.Client, error) {
+	name, err := nameArg(fs, e, args)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := e.dial(ctx)
+	return name, c, err
+}
+
 func snapshotSave(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("snapshot save", flag.ContinueOnError)
 	id := fs.Uint64("session", 0, "session id (0: the most recently used)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	name, err := nameArg(fs, e, args)
-	if err != nil {
-		return err
-	}
-	c, err := e.dial(ctx)
+	name, c, err := e.namedClient(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -81,11 +88,7 @@ func snapshotRestore(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("snapshot restore", flag.ContinueOnError)
 	gen := fs.Int("generate", 0, "greedy tokens to generate after the restore")
 	asJSON := fs.Bool("json", false, "print JSON")
-	name, err := nameArg(fs, e, args)
-	if err != nil {
-		return err
-	}
-	c, err := e.dial(ctx)
+	name, c, err := e.namedClient(ctx, fs, args)
 	if err != nil {
 		return err
 	}
@@ -159,11 +162,7 @@ func snapshotList(ctx context.Context, e *env, args []string) error {
 
 func snapshotRemove(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("snapshot rm", flag.ContinueOnError)
-	name, err := nameArg(fs, e, args)
-	if err != nil {
-		return err
-	}
-	c, err := e.dial(ctx)
+	name, c, err := e.namedClient(ctx, fs, args)
 	if err != nil {
 		return err
 	}
