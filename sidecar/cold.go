@@ -96,14 +96,10 @@ func contentKey(c coldstore.Compat, chain [32]byte, pos0 int, blob []byte) colds
 
 // elemBytes is the byte-plane stride for the KV type.
 func elemBytes(kv policy.KVType) int {
-	switch kv {
-	case policy.KVTypeF16:
-		return 2
-	case policy.KVTypeF32:
-		return 4
-	default:
-		return 1 // quantized rows: no split
+	if num, den := kv.BytesPerElement(); den == 1 && num > 0 {
+		return int(num)
 	}
+	return 1 // quantized rows: no split
 }
 
 // coldStatus reports the SSD tier.

@@ -138,7 +138,7 @@ type snapEntry struct {
 
 // pendingBlob is a block a snapshot needs that the store may not hold yet.
 type pendingBlob struct {
-	key  coldstore.Key
+	idx  int // its entry in snap.Blocks, whose key write fills in
 	meta coldstore.BlockMeta
 	blob []byte
 }
@@ -152,12 +152,10 @@ type snapCapture struct {
 	raw     int64
 }
 
-func (c *snapCapture) add(key coldstore.Key, meta coldstore.BlockMeta, blob []byte, store *coldstore.Store) int {
-	c.snap.Blocks = append(c.snap.Blocks, coldstore.SnapshotBlock{Key: key, Tokens: len(meta.Tokens)})
+func (c *snapCapture) add(meta coldstore.BlockMeta, blob []byte) int {
+	c.snap.Blocks = append(c.snap.Blocks, coldstore.SnapshotBlock{Tokens: len(meta.Tokens)})
 	c.raw += int64(len(blob))
-	if !store.Has(key) {
-		c.pending = append(c.pending, pendingBlob{key: key, meta: meta, blob: blob})
-	}
+	c.pending = append(c.pending, pendingBlob{idx: len(c.snap.Blocks) - 1, meta: meta, blob: blob})
 	return len(c.snap.Blocks) - 1
 }
 
@@ -192,8 +190,7 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 			}
 			chain := shm.ChainHash(prev, tape[p0:p1])
 			prev = chain
-			key := contentKey(compat, chain, p0, r.Blob)
-			c.add(key, coldstore.BlockMeta{Chain: chain, Tokens: tape[p0:p1], Pos0: p0, ElemBytes: eb}, r.Blob, srv.cold)
+			c.add(coldstore.BlockMeta{Chain: chain, Tokens: tape[p0:p1], Pos0: p0, ElemBytes: eb}, r.Blob)
 		}
 	} else {
 		meta.Mode = "hot"
@@ -208,8 +205,7 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 			if len(ext.members) == 0 {
 				return
 			}
-			key := contentKey(compat, ext.chain, ext.pos0, ext.blob)
-			idx := c.add(key, coldstore.BlockMeta{Chain: ext.chain, Tokens: ext.toks, Pos0: ext.pos0, ElemBytes: eb}, ext.blob, srv.cold)
+			idx := c.add(coldstore.BlockMeta{Chain: ext.chain, Tokens: ext.toks, Pos0: ext.pos0, ElemBytes: eb}, ext.blob)
 			for _, i := range ext.members {
 				sh.Blocks[i].KV = idx
 			}
@@ -245,8 +241,7 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 				ext.toks = append(ext.toks, toks...)
 				ext.members = append(ext.members, len(sh.Blocks))
 			case b.cold && b.hasKey:
-				bm := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0, ElemBytes: eb, Class: uint8(b.class), Segment: b.segID}
-				sb.KV = c.addKnown(b.coldKey, bm, nil)
+				sb.KV = c.addStored(b.coldKey, len(toks))
 			}
 			sh.Blocks = append(sh.Blocks, sb)
 		}
@@ -276,8 +271,7 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 			if err != nil {
 				return nil, engineErr(err)
 			}
-			key := contentKey(compat, r.chain, r.p, x.Blob)
-			idx := c.add(key, coldstore.BlockMeta{Chain: r.chain, Tokens: r.toks, Pos0: r.p, ElemBytes: eb}, x.Blob, srv.cold)
+			idx := c.add(coldstore.BlockMeta{Chain: r.chain, Tokens: r.toks, Pos0: r.p, ElemBytes: eb}, x.Blob)
 			sh.Image = append(sh.Image, snapRange{PStart: r.p, N: r.n, KV: idx})
 		}
 		meta.Hot = sh
@@ -294,14 +288,9 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 	return c, nil
 }
 
-// addKnown adds a block whose key is known; blob is nil when the store
-// already holds it (or will, from a spill).
-func (c *snapCapture) addKnown(key coldstore.Key, meta coldstore.BlockMeta, blob []byte) int {
-	c.snap.Blocks = append(c.snap.Blocks, coldstore.SnapshotBlock{Key: key, Tokens: len(meta.Tokens)})
-	if blob != nil {
-		c.raw += int64(len(blob))
-		c.pending = append(c.pending, pendingBlob{key: key, meta: meta, blob: blob})
-	}
+// addStored adds a block the store already holds (a spill) by its key.
+func (c *snapCapture) addStored(key coldstore.Key, tokens int) int {
+	c.snap.Blocks = append(c.snap.Blocks, coldstore.SnapshotBlock{Key: key, Tokens: tokens})
 	return len(c.snap.Blocks) - 1
 }
 
@@ -309,12 +298,21 @@ func (c *snapCapture) addKnown(key coldstore.Key, meta coldstore.BlockMeta, blob
 func (srv *Server) write(ctx context.Context, c *snapCapture) (*pb.SnapshotReply, error) {
 	start := time.Now()
 	before := srv.cold.Stats().WrittenBytes
+	// Hashing, rewriting and compressing happen here, after the engine is
+	// released; blocks the store already holds are not written again.
+	newBlocks := 0
 	for _, p := range c.pending {
+		key := contentKey(c.snap.Compat, p.meta.Chain, p.meta.Pos0, p.blob)
+		c.snap.Blocks[p.idx].Key = key
+		if srv.cold.Has(key) {
+			continue
+		}
+		newBlocks++
 		stored := toCold(p.blob)
-		err := srv.cold.Enqueue(p.key, p.meta, stored)
+		err := srv.cold.Enqueue(key, p.meta, stored)
 		if err != nil {
 			// A full queue: write this one here (the caller waits anyway).
-			if err = srv.cold.Put(ctx, p.key, p.meta, stored); err != nil {
+			if err = srv.cold.Put(ctx, key, p.meta, stored); err != nil {
 				return nil, coldErr(err)
 			}
 		}
@@ -335,17 +333,14 @@ func (srv *Server) write(ctx context.Context, c *snapCapture) (*pb.SnapshotReply
 		}
 		return nil, coldErr(err)
 	}
-	srv.metrics.ObserveColdWrite(int(srv.cold.Stats().WrittenBytes-before), time.Since(start))
+	written := srv.cold.Stats().WrittenBytes - before
+	srv.metrics.ObserveColdWrite(int(written), time.Since(start))
 	srv.snapMu.Lock()
 	srv.snaps[c.snap.Name] = &snapEntry{name: c.snap.Name, created: c.snap.Created, compat: c.snap.Compat, mode: c.mode, tape: c.tape}
 	srv.snapMu.Unlock()
-	var tokens int64
-	for _, b := range c.snap.Blocks {
-		tokens += int64(b.Tokens)
-	}
 	return &pb.SnapshotReply{
-		Name: c.snap.Name, Tokens: int64(len(c.tape)), Blocks: int32(len(c.snap.Blocks)), NewBlocks: int32(len(c.pending)),
-		RawBytes: c.raw, CompressedBytes: srv.cold.Stats().WrittenBytes - before, ElapsedUs: time.Since(start).Microseconds(),
+		Name: c.snap.Name, Tokens: int64(len(c.tape)), Blocks: int32(len(c.snap.Blocks)), NewBlocks: int32(newBlocks),
+		RawBytes: c.raw, CompressedBytes: written, ElapsedUs: time.Since(start).Microseconds(),
 	}, nil
 }
 

@@ -162,13 +162,7 @@ func TestExtractInsertBitwise(t *testing.T) {
 	next, _ := m.Tokenize(" One day", false)
 	c := newCtx(t, m, 512)
 	ctx := context.Background()
-	if err := c.Decode(ctx, prompt, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Decode(ctx, next, len(prompt)); err != nil {
-		t.Fatal(err)
-	}
-	ref := append([]float32(nil), c.Logits()...)
+	ref := referenceLogits(t, c, prompt, next)
 	if _, err := c.Remove(len(prompt), -1); err != nil {
 		t.Fatal(err)
 	}
@@ -422,13 +416,7 @@ func TestCopyRange(t *testing.T) {
 	next, _ := m.Tokenize(" Lily", false)
 	c := newCtx(t, m, 256)
 	ctx := context.Background()
-	if err := c.Decode(ctx, prompt, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Decode(ctx, next, len(prompt)); err != nil {
-		t.Fatal(err)
-	}
-	ref := append([]float32(nil), c.Logits()...)
+	ref := referenceLogits(t, c, prompt, next)
 	c.Remove(len(prompt), -1)
 	// Copy the whole prompt 100 positions up, drop the original, shift back.
 	if err := c.Copy(0, len(prompt), 100); err != nil {
@@ -450,4 +438,18 @@ func TestCopyRange(t *testing.T) {
 	if err := c.Copy(0, 5, 2); !errors.Is(err, engine.ErrInvalidArgument) {
 		t.Fatalf("overlapping copy: %v", err)
 	}
+}
+
+// referenceLogits decodes prompt then next and returns the logits after
+// next; the KV then holds both.
+func referenceLogits(t *testing.T, c *Context, prompt, next []engine.Token) []float32 {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Decode(ctx, prompt, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Decode(ctx, next, len(prompt)); err != nil {
+		t.Fatal(err)
+	}
+	return append([]float32(nil), c.Logits()...)
 }
