@@ -1,6 +1,10 @@
 package coldstore
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/ctxd/ctxd/internal/privdir"
+)
 
 // Sentinel errors; every error the package returns that falls in one of
 // these classes wraps it, so callers test with errors.Is.
@@ -32,4 +36,7 @@ var (
 	ErrReferenced = errors.New("coldstore: block referenced by a snapshot")
 	// ErrLocked: another Store (in this or another process) has the folder open.
 	ErrLocked = errors.New("coldstore: folder in use by another store")
+	// ErrUnsafeFolder: the store folder is a symbolic link, not a folder,
+	// or owned by another uid; it is left untouched.
+	ErrUnsafeFolder = privdir.ErrUnsafe
 )

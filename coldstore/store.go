@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/ctxd/ctxd/internal/privdir"
 )
 
 // Config configures a Store.
@@ -210,10 +212,8 @@ func Open(ctx context.Context, cfg Config) (*Store, OpenReport, error) {
 		clock:     time.Now,
 	}
 	s.ops.Store(realFileOps())
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, OpenReport{}, fmt.Errorf("coldstore: %w", err)
-	}
-	if err := os.Chmod(root, 0o700); err != nil {
+	// Never through a symbolic link, never another uid's folder.
+	if err := privdir.Ensure(root); err != nil {
 		return nil, OpenReport{}, fmt.Errorf("coldstore: %w", err)
 	}
 	for _, d := range []string{s.blocksDir, s.snapsDir, s.quarDir} {

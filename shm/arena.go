@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	mmap "github.com/edsrzf/mmap-go"
+
+	"github.com/ctxd/ctxd/internal/privdir"
 )
 
 // Errors. Test with errors.Is; the returned errors wrap these with detail.
@@ -32,6 +34,9 @@ var (
 	ErrClosed = errors.New("shm: arena closed")
 	// ErrLocked: another Open (in this or another process) holds the arena.
 	ErrLocked = errors.New("shm: arena locked by another user")
+	// ErrUnsafeFolder: the arena folder is a symbolic link, not a folder,
+	// or owned by another uid; it is left untouched.
+	ErrUnsafeFolder = privdir.ErrUnsafe
 )
 
 // Options configure Open.

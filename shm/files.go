@@ -10,6 +10,8 @@ import (
 
 	mmap "github.com/edsrzf/mmap-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxd/ctxd/internal/privdir"
 )
 
 // lockDir takes an exclusive flock on the arena folder itself (no lock
@@ -33,22 +35,11 @@ func lockDir(dir string) (*os.File, error) {
 }
 
 // prepareDir creates dir (and its parents) with mode 0700 and tightens an
-// existing dir to 0700.
+// existing dir to 0700, refusing a symbolic link or a folder another uid
+// owns (ErrUnsafeFolder) without touching it.
 func prepareDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := privdir.Ensure(dir); err != nil {
 		return fmt.Errorf("shm: arena folder: %w", err)
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return fmt.Errorf("shm: arena folder: %w", err)
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("shm: arena folder %s is not a directory", dir)
-	}
-	if st.Mode().Perm() != 0o700 {
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return fmt.Errorf("shm: arena folder: %w", err)
-		}
 	}
 	return nil
 }
