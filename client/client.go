@@ -63,6 +63,9 @@ func Dial(ctx context.Context, path string, opts ...Options) (*Client, error) {
 	if o.MaxFrame == 0 {
 		o.MaxFrame = protocol.DefaultMaxFrame
 	}
+	if err := protocol.CheckSocketPath(path); err != nil {
+		return nil, fmt.Errorf("ctxd client: %w", err)
+	}
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, "unix", path)
 	if err != nil {

@@ -101,14 +101,9 @@ func (c *Config) fill() error {
 // ErrConfig reports an invalid configuration value.
 var ErrConfig = errors.New("invalid configuration")
 
-// DefaultSocketPath is $XDG_RUNTIME_DIR/ctxd/ctxd.sock, or
-// /tmp/ctxd-UID/ctxd.sock without XDG_RUNTIME_DIR.
-func DefaultSocketPath() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "ctxd", "ctxd.sock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("ctxd-%d", os.Getuid()), "ctxd.sock")
-}
+// DefaultSocketPath is protocol.DefaultSocketPath: $XDG_RUNTIME_DIR/ctxd/ctxd.sock,
+// or /tmp/ctxd-UID/ctxd.sock without XDG_RUNTIME_DIR.
+func DefaultSocketPath() string { return protocol.DefaultSocketPath() }
 
 // DefaultDataDir is $XDG_STATE_HOME/ctxd or ~/.local/state/ctxd.
 func DefaultDataDir() string {

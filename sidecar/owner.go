@@ -9,12 +9,18 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ctxd/ctxd/internal/privdir"
 )
 
 // Errors of the single-owner lease.
 var (
 	ErrAlreadyRunning = errors.New("another ctxd owns this data directory")
 	ErrLeaseLost      = errors.New("ctxd lost ownership of its data directory")
+	// ErrUnsafeFolder: a private folder (the socket's, the arena's, the SSD
+	// tier's) is a symbolic link, not a folder, or owned by another uid;
+	// ctxd refuses it and leaves it untouched.
+	ErrUnsafeFolder = privdir.ErrUnsafe
 )
 
 // ownerLock is an exclusive flock on DATA_DIR/ctxd.lock. The lock file

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/coldstore"
+	"github.com/ctxd/ctxd/internal/privdir"
 	"github.com/ctxd/ctxd/protocol"
 )
 
@@ -73,17 +74,22 @@ func New(cfg Config) (*Server, error) {
 	return srv, nil
 }
 
-// Listen creates the socket: its folder 0700, the socket 0600. A stale
-// socket file is replaced; a live one (another server answers) is an error.
+// Listen creates the socket: its folder 0700 (never a symbolic link,
+// never another uid's folder), the socket 0600. A stale socket is
+// replaced; a live one (another server answers) is an error, and so is
+// anything at the path that is not a socket: it is left in place.
 func (srv *Server) Listen() (net.Listener, error) {
 	path := srv.cfg.SocketPath
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if err := protocol.CheckSocketPath(path); err != nil {
+		return nil, err
+	}
+	if err := privdir.Ensure(filepath.Dir(path)); err != nil {
 		return nil, fmt.Errorf("socket folder: %w", err)
 	}
-	if err := os.Chmod(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("socket folder: %w", err)
-	}
-	if _, err := os.Lstat(path); err == nil {
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("%w: %s exists and is not a socket (%v); ctxd removes only stale sockets", ErrConfig, path, st.Mode().Type())
+		}
 		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
 			c.Close()
 			return nil, fmt.Errorf("%w: a server already answers on %s", ErrAlreadyRunning, path)

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
@@ -219,13 +218,6 @@ func traceGoSide(ctx context.Context, o Options, c *client.Client, first *pb.Met
 	return r, nil
 }
 
-// DefaultSocketPath is ctxd's default socket, as sidecar.DefaultSocketPath
-// computes it ($XDG_RUNTIME_DIR/ctxd/ctxd.sock, else
-// /tmp/ctxd-UID/ctxd.sock); repeated here so ctxtrace does not link the
-// daemon.
-func DefaultSocketPath() string {
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "ctxd", "ctxd.sock")
-	}
-	return filepath.Join(os.TempDir(), fmt.Sprintf("ctxd-%d", os.Getuid()), "ctxd.sock")
-}
+// DefaultSocketPath is ctxd's default socket, protocol.DefaultSocketPath
+// ($XDG_RUNTIME_DIR/ctxd/ctxd.sock, else /tmp/ctxd-UID/ctxd.sock).
+func DefaultSocketPath() string { return protocol.DefaultSocketPath() }
