@@ -228,9 +228,9 @@ func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.Strea
 		if errors.As(err, &fe) && fe.Local {
 			// Refused before sending (too large, invalid UTF-8): the
 			// connection is intact.
-			return nil, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
 		}
-		return nil, fmt.Errorf("%w: %v", ErrClosed, err)
+		return nil, fmt.Errorf("%w: %w", ErrClosed, err)
 	}
 	// Cancelling sends CANCEL from whichever goroutine notices; the call
 	// keeps reading until the server's RESPONSE ends it. A server that does

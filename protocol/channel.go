@@ -103,8 +103,9 @@ func (c *Channel) WriteFrame(h Header, payload []byte) error {
 }
 
 // WriteMessage marshals m and sends it as the payload of one frame. Errors
-// are those of WriteFrame, or the marshalling error (e.g. a string field
-// holding invalid UTF-8), in which case nothing was written.
+// are those of WriteFrame, or a Local *FrameError wrapping the marshalling
+// error (e.g. a string field holding invalid UTF-8), in which case nothing
+// was written.
 func (c *Channel) WriteMessage(streamID uint32, typ, flags uint8, m proto.Message) error {
 	h := Header{StreamID: streamID, Type: typ, Flags: flags}
 	if err := h.Validate(); err != nil {
@@ -114,7 +115,10 @@ func (c *Channel) WriteMessage(streamID uint32, typ, flags uint8, m proto.Messag
 	b, err := marshalOptions.MarshalAppend((*bp)[:HeaderSize], m)
 	if err != nil {
 		putWriteBuffer(bp, *bp)
-		return fmt.Errorf("protocol: marshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+		// Refused before sending (a string field holding invalid UTF-8):
+		// the connection is intact.
+		return &FrameError{Kind: ErrMalformedFrame, Header: h, Local: true,
+			Reason: fmt.Sprintf("cannot encode %s", m.ProtoReflect().Descriptor().FullName()), Err: err}
 	}
 	n := len(b) - HeaderSize
 	if limit := c.MaxFrame(); uint64(n) > uint64(limit) {

@@ -223,8 +223,8 @@ func TestChannelRefusesWithoutWriting(t *testing.T) {
 		}
 	}
 	bad := &ctxdpb.Response{Body: &ctxdpb.Response_Decode{Decode: &ctxdpb.DecodeReply{Text: "\xff"}}}
-	if err := c.WriteMessage(1, TypeResponse, 0, bad); err == nil {
-		t.Fatal("invalid UTF-8 in a string field was marshalled")
+	if err := c.WriteMessage(1, TypeResponse, 0, bad); !errors.As(err, &fe) || !fe.Local || errors.Is(err, ErrProtocol) {
+		t.Fatalf("invalid UTF-8 in a string field: %v, want a Local *FrameError", err)
 	}
 	if conn.writes != 0 {
 		t.Fatalf("%d writes reached the connection", conn.writes)

@@ -20,17 +20,22 @@ type Config struct {
 	DataDir        string        // default DefaultDataDir()
 	KVType         policy.KVType // f16 default
 	FlashAttention bool
-	BatchTokens    int    // prefill batch; 0 = 512
+	BatchTokens    int    // prefill batch; 0 = DefaultConfig's
 	Threads        int    // 0 = all CPUs
 	AllowUIDs      []int  // peers allowed besides the server's own uid
 	MaxFrame       uint32 // 0 = protocol.DefaultMaxFrame
+	// HandshakeTimeout bounds the wait for a new connection's hello;
+	// MaxConns caps the connections served at once (more are refused with
+	// RESOURCE_EXHAUSTED on stream 0). 0 = DefaultConfig's.
+	HandshakeTimeout time.Duration
+	MaxConns         int
 
 	// Beyond the window (hot-set mode). HotTokens 0 keeps sessions dense:
 	// every token resident, at most ContextTokens.
 	HotTokens    int    // the engine's hot budget in tokens
 	Window       int    // positions stay below this; 0 = the model's trained context
-	BlockTokens  int    // block size; 0 = 64
-	SinkTokens   int    // attention sinks; 0 = 4
+	BlockTokens  int    // block size; 0 = DefaultConfig's
+	SinkTokens   int    // attention sinks; 0 = DefaultConfig's unless NoSinks
 	RecentTokens int    // recent window; 0 = HotTokens/4
 	NoRetrieval  bool   // keep only sinks, pinned and recent (evaluation baseline)
 	NoSinks      bool   // no attention sinks: a plain sliding window (evaluation baseline)
@@ -42,12 +47,12 @@ type Config struct {
 	NoCold         bool          // run on host RAM only
 	ColdDir        string        // default DataDir/cold
 	ColdQuotaBytes int64         // 0 = a quarter of the free disk space
-	IdleSnapshot   time.Duration // snapshot a session idle this long; 0 = 60s, <0 = never
-	AutoSnapshots  int           // automatic snapshots kept; 0 = 8
+	IdleSnapshot   time.Duration // snapshot a session idle this long; 0 = DefaultConfig's, <0 = never
+	AutoSnapshots  int           // automatic snapshots kept; 0 = DefaultConfig's
 
 	// A CPU's turn-latency target bounds the hot budget (attention cost
 	// grows with the hot set): a turn of TurnSuffixTokens new tokens must
-	// prefill within TurnLatency. 0 = 120 s and 4096 tokens; <0 = off.
+	// prefill within TurnLatency. 0 = DefaultConfig's; <0 = off.
 	TurnLatency      time.Duration
 	TurnSuffixTokens int
 	Logger           *slog.Logger
@@ -55,36 +60,64 @@ type Config struct {
 	Version string
 }
 
+// DefaultConfig is every default of a Server, defined here once: the
+// command line starts from it, and fill gives a zero field (one whose zero
+// means "unset") its value from it. SinkTokens is the exception where zero
+// is meaningful to callers that say so: NoSinks asks for none.
+func DefaultConfig() Config {
+	return Config{
+		SocketPath:       DefaultSocketPath(),
+		DataDir:          DefaultDataDir(),
+		KVType:           policy.KVTypeF16,
+		BatchTokens:      512,
+		MaxFrame:         protocol.DefaultMaxFrame,
+		HandshakeTimeout: 10 * time.Second,
+		MaxConns:         256,
+		BlockTokens:      64,
+		SinkTokens:       4,
+		IdleSnapshot:     60 * time.Second,
+		AutoSnapshots:    8,
+		TurnLatency:      120 * time.Second,
+		TurnSuffixTokens: 4096,
+		Version:          "dev",
+	}
+}
+
+// orDefault sets *v to def when it is zero.
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
 func (c *Config) fill() error {
-	if c.SocketPath == "" {
-		c.SocketPath = DefaultSocketPath()
-	}
-	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir()
-	}
-	if c.MaxFrame == 0 {
-		c.MaxFrame = protocol.DefaultMaxFrame
+	d := DefaultConfig()
+	orDefault(&c.SocketPath, d.SocketPath)
+	orDefault(&c.DataDir, d.DataDir)
+	orDefault(&c.BatchTokens, d.BatchTokens)
+	orDefault(&c.MaxFrame, d.MaxFrame)
+	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
+	orDefault(&c.MaxConns, d.MaxConns)
+	orDefault(&c.BlockTokens, d.BlockTokens)
+	orDefault(&c.IdleSnapshot, d.IdleSnapshot)
+	orDefault(&c.AutoSnapshots, d.AutoSnapshots)
+	orDefault(&c.TurnLatency, d.TurnLatency)
+	orDefault(&c.TurnSuffixTokens, d.TurnSuffixTokens)
+	orDefault(&c.Version, d.Version)
+	if c.NoSinks {
+		c.SinkTokens = 0
+	} else {
+		orDefault(&c.SinkTokens, d.SinkTokens)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.IdleSnapshot == 0 {
-		c.IdleSnapshot = 60 * time.Second
-	}
-	if c.AutoSnapshots == 0 {
-		c.AutoSnapshots = 8
-	}
-	if c.TurnLatency == 0 {
-		c.TurnLatency = 120 * time.Second
-	}
-	if c.TurnSuffixTokens == 0 {
-		c.TurnSuffixTokens = 4096
+	if c.HandshakeTimeout < 0 || c.MaxConns < 0 {
+		return fmt.Errorf("%w: negative connection setting", ErrConfig)
 	}
 	if c.ColdQuotaBytes < 0 || c.AutoSnapshots < 0 {
 		return fmt.Errorf("%w: negative SSD-tier setting", ErrConfig)
-	}
-	if c.Version == "" {
-		c.Version = "dev"
 	}
 	if c.ContextTokens < 0 {
 		return fmt.Errorf("%w: --ctx %d", ErrConfig, c.ContextTokens)

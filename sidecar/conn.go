@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -32,9 +33,19 @@ func (srv *Server) serveConn(ctx context.Context, nc net.Conn) {
 	srv.mu.Lock()
 	srv.nextConn++
 	c := &conn{id: srv.nextConn, ch: protocol.NewChannel(nc, srv.cfg.MaxFrame), inf: map[uint32]context.CancelFunc{}}
-	srv.conns[c.id] = c
+	full := len(srv.conns) >= srv.cfg.MaxConns
+	if !full {
+		srv.conns[c.id] = c
+	}
 	srv.mu.Unlock()
 	log := srv.log.With("conn", c.id)
+	if full {
+		log.Warn("connection refused: too many connections", "max_conns", srv.cfg.MaxConns)
+		err := fmt.Errorf("%w: %d connections are open, the most this ctxd serves (--max-conns)", protocol.ErrResourceExhausted, srv.cfg.MaxConns)
+		c.ch.WriteMessage(0, protocol.TypeResponse, 0, &pb.Response{Error: protocol.ToWire(err)})
+		c.ch.Close()
+		return
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
@@ -90,6 +101,10 @@ func (srv *Server) serveConn(ctx context.Context, nc net.Conn) {
 				return
 			}
 			c.lastStream = h.StreamID
+			if req.GetHello() != nil {
+				srv.protocolError(c, fmt.Errorf("%w: a second hello on stream %d: the handshake is done", protocol.ErrProtocol, h.StreamID))
+				return
+			}
 			if ping := req.GetPing(); ping != nil {
 				// Answered inline: a ping touches no state, and skipping the
 				// per-call goroutine keeps it the latency floor of the protocol.
@@ -122,11 +137,18 @@ func (srv *Server) protocolError(c *conn, err error) {
 	c.ch.WriteMessage(0, protocol.TypeResponse, 0, &pb.Response{Error: w})
 }
 
+// handshake reads the hello within HandshakeTimeout.
 func (srv *Server) handshake(c *conn) error {
+	nc := c.ch.Conn()
+	nc.SetReadDeadline(time.Now().Add(srv.cfg.HandshakeTimeout))
 	h, payload, err := c.ch.ReadFrame()
+	nc.SetReadDeadline(time.Time{})
 	if err != nil {
 		if errors.Is(err, io.EOF) {
 			return err
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = fmt.Errorf("%w: no hello within %v", protocol.ErrProtocol, srv.cfg.HandshakeTimeout)
 		}
 		srv.protocolError(c, err)
 		return err

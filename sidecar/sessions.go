@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -215,6 +216,9 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 	}
 	sp := r.GetSampling()
 	params := engine.SamplingParams{Temperature: sp.GetTemperature(), TopK: int(sp.GetTopK()), TopP: sp.GetTopP(), Seed: sp.GetSeed()}
+	if err := checkSampling(params); err != nil {
+		return nil, err
+	}
 	reply := &pb.DecodeReply{}
 	var out textOut
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
@@ -309,6 +313,22 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 	reply.Text = out.final()
 	reply.ElapsedUs = time.Since(start).Microseconds()
 	return reply, nil
+}
+
+// checkSampling refuses sampling parameters no sampler can use: a
+// temperature or top-p that is not a finite number, a negative
+// temperature or top-k, a top-p outside [0, 1].
+func checkSampling(p engine.SamplingParams) error {
+	t, tp := float64(p.Temperature), float64(p.TopP)
+	switch {
+	case math.IsNaN(t) || math.IsInf(t, 0) || t < 0:
+		return fmt.Errorf("%w: temperature %v: want a finite number >= 0", protocol.ErrInvalidArgument, p.Temperature)
+	case math.IsNaN(tp) || tp < 0 || tp > 1:
+		return fmt.Errorf("%w: top_p %v: want a number in [0, 1]", protocol.ErrInvalidArgument, p.TopP)
+	case p.TopK < 0:
+		return fmt.Errorf("%w: top_k %d: want >= 0", protocol.ErrInvalidArgument, p.TopK)
+	}
+	return nil
 }
 
 // textOut assembles generated text as valid UTF-8: bytes of a character

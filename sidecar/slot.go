@@ -304,14 +304,14 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 	if hc.window == 0 {
 		hc.window = facts.TrainedContext
 	}
-	if hc.block == 0 {
-		hc.block = 64
-	}
-	if hc.sinks == 0 && !cfg.NoSinks {
-		hc.sinks = 4
-	}
+	// Block and sink defaults come from DefaultConfig (Config.fill); a
+	// Config that was not filled gets them here.
+	d := DefaultConfig()
+	orDefault(&hc.block, d.BlockTokens)
 	if cfg.NoSinks {
 		hc.sinks = 0
+	} else {
+		orDefault(&hc.sinks, d.SinkTokens)
 	}
 	if hc.recent == 0 {
 		hc.recent = hc.budget / 4

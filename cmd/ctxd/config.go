@@ -58,6 +58,14 @@ type config struct {
 	settings  []*setting
 }
 
+// serverConfig is the daemon's configuration as set: `--sinks 0` means no
+// sinks (sidecar.Config reads a zero SinkTokens as its default).
+func (c *config) serverConfig() sidecar.Config {
+	sc := c.server
+	sc.NoSinks = sc.NoSinks || sc.SinkTokens == 0
+	return sc
+}
+
 // Log formats; logAuto picks journal when stderr is the journal, plain
 // when it is not a terminal, text otherwise.
 const (
@@ -69,10 +77,8 @@ const (
 
 func newConfig() *config {
 	c := &config{logLevel: slog.LevelInfo, logFormat: logAuto}
+	c.server = sidecar.DefaultConfig()
 	sc := &c.server
-	sc.SocketPath, sc.DataDir = sidecar.DefaultSocketPath(), sidecar.DefaultDataDir()
-	sc.KVType, sc.BatchTokens, sc.BlockTokens, sc.SinkTokens = policy.KVTypeF16, 512, 64, 4
-	sc.IdleSnapshot, sc.AutoSnapshots, sc.TurnLatency, sc.TurnSuffixTokens = 60*time.Second, 8, 120*time.Second, 4096
 	c.settings = []*setting{
 		bind("model", "GGUF model to load at start (optional: clients may load one)", &sc.ModelPath, pathCodec, nil),
 		bind("ctx", "KV context in tokens (0: derived from free memory and the model's maximum; may exceed the trained context, with a warning)", &sc.ContextTokens, intCodec, nonNegative),
@@ -82,11 +88,13 @@ func newConfig() *config {
 		bind("flash-attn", "use flash attention", &sc.FlashAttention, boolCodec, nil),
 		bind("batch", "prefill batch size in tokens", &sc.BatchTokens, intCodec, positive),
 		bind("threads", "CPU threads (0: all)", &sc.Threads, intCodec, nonNegative),
+		bind("max-conns", "connections served at once; more are refused", &sc.MaxConns, intCodec, positive),
+		bind("handshake-timeout", "how long a new connection may take to send its hello", &sc.HandshakeTimeout, durationCodec, positiveDuration),
 		bind("allow-uids", "uids allowed besides our own (comma-separated; an array in the file)", &sc.AllowUIDs, uidsCodec, nil),
 		bind("hot", "hot-set budget in tokens: sessions grow beyond it, parked in host RAM (0: dense, sessions limited to ctx)", &sc.HotTokens, intCodec, nonNegative),
 		bind("window", "with hot: positions stay below this (0: the model's trained context)", &sc.Window, intCodec, nonNegative),
 		bind("block", "with hot: block size in tokens", &sc.BlockTokens, intCodec, positive),
-		bind("sinks", "with hot: attention-sink tokens kept hot", &sc.SinkTokens, intCodec, nonNegative),
+		bind("sinks", "with hot: attention-sink tokens kept hot (0: none, a plain sliding window)", &sc.SinkTokens, intCodec, nonNegative),
 		bind("recent", "with hot: recent-window tokens kept hot (0: a quarter of hot)", &sc.RecentTokens, intCodec, nonNegative),
 		bind("no-retrieval", "with hot: keep only sinks, pinned and recent tokens (baseline)", &sc.NoRetrieval, boolCodec, nil),
 		bind("arena-bytes", "with hot: host-RAM arena budget in bytes (0: a quarter of available RAM)", &sc.ArenaBytes, int64Codec, nonNegative),
@@ -413,6 +421,13 @@ func nonNegative[T int | int64](v T) error {
 }
 
 func positive(v int) error {
+	if v <= 0 {
+		return errors.New("must be positive")
+	}
+	return nil
+}
+
+func positiveDuration(v time.Duration) error {
 	if v <= 0 {
 		return errors.New("must be positive")
 	}

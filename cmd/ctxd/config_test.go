@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/ctxd/ctxd/sidecar"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -342,5 +343,25 @@ func TestEnvVarNames(t *testing.T) {
 		if !slices.Contains(names, want) {
 			t.Errorf("no setting reads %s (have %v)", want, names)
 		}
+	}
+}
+
+// TestSinksZeroMeansNone: `--sinks 0` serves no sinks (zero is not the
+// default here); the default is sidecar.DefaultConfig's.
+func TestSinksZeroMeansNone(t *testing.T) {
+	hermetic(t)
+	inv, err := parse(t, envMap{}, "--hot", "1024", "--sinks", "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc := inv.cfg.serverConfig(); sc.SinkTokens != 0 || !sc.NoSinks {
+		t.Fatalf("--sinks 0: SinkTokens %d, NoSinks %v; want none", sc.SinkTokens, sc.NoSinks)
+	}
+	inv, err = parse(t, envMap{}, "--hot", "1024")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sc, d := inv.cfg.serverConfig(), sidecar.DefaultConfig(); sc.SinkTokens != d.SinkTokens || sc.NoSinks {
+		t.Fatalf("default: SinkTokens %d, NoSinks %v; want %d", sc.SinkTokens, sc.NoSinks, d.SinkTokens)
 	}
 }

@@ -64,6 +64,7 @@ func run(args []string) int {
 	if cfg.logLevel <= slog.LevelDebug {
 		llama.SetLogger(log)
 	}
-	cfg.server.Logger, cfg.server.Version = log, version
-	return serve(cfg.server, log)
+	sc := cfg.serverConfig()
+	sc.Logger, sc.Version = log, version
+	return serve(sc, log)
 }
