@@ -554,6 +554,19 @@ func (srv *Server) fetchAll(ctx context.Context, keys []coldstore.Key) (<-chan f
 	return out, cancel
 }
 
+// clearOrLog clears sess after a failed resume; a failure to clear is
+// logged and the session's tape reset, so the next sync prefills.
+func (srv *Server) clearOrLog(sess *session) {
+	if err := srv.clearSession(sess); err != nil {
+		srv.log.Warn("clearing a session after a failed resume", "session", sess.id, "err", err)
+		srv.slot.ectx.Clear()
+		sess.resetTape()
+		if sess.hot != nil {
+			sess.hot = newHotState()
+		}
+	}
+}
+
 // clearSession empties sess (resident) in the engine and the arena.
 func (srv *Server) clearSession(sess *session) error {
 	if sess.hot != nil {
@@ -758,9 +771,15 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 	if oi >= 0 && on >= minAutoSnapshotTokens && on >= bestN {
 		// Blocks still in host RAM beat the SSD.
 		n, err := srv.adoptOrphan(ctx, sess, oi)
+		if err == nil {
+			// The orphan may go on past target (tokens its session
+			// generated): keep only what target shares with it.
+			err = srv.truncateTo(sess, on)
+			n = len(sess.tape)
+		}
 		if err != nil {
 			srv.log.Warn("resume from the arena failed; prefilling instead", "err", err)
-			srv.clearSession(sess)
+			srv.clearOrLog(sess)
 			return "", 0
 		}
 		sess.lastRestore = &pb.RestoreReport{Snapshot: "arena", Tokens: int64(n), RestoredTokens: int64(n), RestoredBlocks: int64(len(sess.hot.blocks)),
@@ -781,9 +800,15 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 		return "", 0
 	}
 	rep, err := srv.restoreInto(ctx, sess, snap, meta, tape, bestN)
+	if err == nil {
+		// The snapshot may go on past target (tokens its session
+		// generated, or another suffix): resume only the common prefix.
+		err = srv.truncateTo(sess, bestN)
+		rep.Tokens = int64(len(sess.tape))
+	}
 	if err != nil {
 		srv.log.Warn("resume failed; prefilling instead", "name", best.name, "err", err)
-		srv.clearSession(sess)
+		srv.clearOrLog(sess)
 		return "", 0
 	}
 	rep.Automatic = true
