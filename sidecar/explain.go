@@ -8,27 +8,27 @@ import (
 
 // explain reports what a session holds: tokens per segment and class, and
 // the capacity figures. Session 0 means the most recently used session.
-// Any connection of an allowed peer may ask; nothing is changed.
+// Any connection of an allowed peer may ask; nothing is changed. It never
+// waits for the engine: it reports the state the session's last call
+// published (view.go), so it answers while a long call runs.
 func (srv *Server) explain(ctx context.Context, r *pb.ExplainRequest) (*pb.ExplainReply, error) {
 	sess, err := srv.anySession(r.GetSessionId())
 	if err != nil {
 		return nil, err
 	}
-	if err := srv.slot.acquire(ctx); err != nil {
-		return nil, err
-	}
-	defer srv.slot.release()
+	return srv.explainView(sess), ctx.Err()
+}
+
+// buildExplain describes sess without the capacity and SSD-tier figures
+// (explainView adds them). The caller holds the slot token.
+func (srv *Server) buildExplain(sess *session) *pb.ExplainReply {
 	rep := &pb.ExplainReply{
 		SessionId:     sess.id,
 		TokensByClass: map[string]int64{},
 		CompatKey:     sess.compat,
 	}
-	if srv.slot.model != nil {
-		rep.Capacity = srv.capacityReply()
-	}
 	rep.ResidentTokens = int64(len(sess.tape))
 	rep.Restore = sess.lastRestore
-	rep.Cold = srv.coldStatus()
 	hotRanges := [][2]int{{0, len(sess.tape)}}
 	if h := sess.hot; h != nil {
 		hotRanges = explainHot(rep, sess)
@@ -50,7 +50,7 @@ func (srv *Server) explain(ctx context.Context, r *pb.ExplainRequest) (*pb.Expla
 			Tokens: n, ResidentTokens: overlap(hotRanges, sp.start, sp.end), FirstPosition: int64(sp.start), Stable: sp.seg.Stable,
 		})
 	}
-	return rep, nil
+	return rep
 }
 
 // explainHot fills the hot-set figures and returns the tape ranges that

@@ -129,11 +129,9 @@ func wrap[T any](r T, err error, f func(T) *pb.Response) (*pb.Response, error) {
 	return f(r), nil
 }
 
+// status never waits for the engine: the model's figures are those
+// published at its load (view.go).
 func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
-	if err := srv.slot.acquire(ctx); err != nil {
-		return nil, err
-	}
-	defer srv.slot.release()
 	r := &pb.StatusReply{
 		ServerVersion:  srv.cfg.Version,
 		UptimeMs:       time.Since(srv.started).Milliseconds(),
@@ -145,11 +143,9 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 	srv.mu.Lock()
 	r.Sessions = int32(len(srv.sessions))
 	srv.mu.Unlock()
-	if srv.slot.model != nil {
-		r.Model = srv.modelInfo()
-		r.Capacity = srv.capacityReply()
-	}
-	return r, nil
+	v := srv.slot.view.Load()
+	r.Model, r.Capacity = v.model, v.capacity
+	return r, ctx.Err()
 }
 
 func (srv *Server) modelInfo() *pb.ModelInfo {
@@ -212,6 +208,7 @@ func (srv *Server) loadLocked(path string, ctxTokens int) error {
 	if srv.cold != nil {
 		srv.slot.coldBytes = srv.cold.Stats().QuotaBytes
 	}
+	srv.publishSlot()
 	c := srv.slot.capacity
 	srv.log.Info("model loaded", "path", path, "digest", srv.slot.facts.Digest[:16],
 		"ctx", c.ContextTokens, "effective", c.EffectiveTokens, "kv_bytes_per_token", c.KVBytesPerToken, "bound", c.Reason)
@@ -231,5 +228,6 @@ func (srv *Server) unloadModel(ctx context.Context) error {
 	}
 	srv.slot.unload()
 	srv.metrics.setArena(nil)
+	srv.publishSlot()
 	return nil
 }

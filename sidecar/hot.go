@@ -118,6 +118,11 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 	defer func() { reportProgress(ctx, "prefill", total-len(toks), total) }()
 	for len(toks) > 0 {
 		reportProgress(ctx, "prefill", total-len(toks), total)
+		if len(toks) < total {
+			if err := srv.yield(sess); err != nil { // other sessions' turns
+				return err
+			}
+		}
 		want := min(len(toks), chunk)
 		evicted := false
 		for hc.limit-h.used(sess) < want {

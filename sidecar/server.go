@@ -206,6 +206,7 @@ func (srv *Server) Close() error {
 	if err := srv.slot.acquire(ctx); err == nil {
 		srv.slot.unload()
 		srv.metrics.setArena(nil)
+		srv.publishSlot()
 		srv.slot.release()
 	}
 	srv.owner.release()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxd/ctxd/engine"
@@ -49,6 +50,10 @@ type session struct {
 	savedVersion uint64 // version at the last snapshot
 	lastRestore  *pb.RestoreReport
 	cold         bool // no resume, no automatic snapshot
+
+	// explained is what Explain reports, published under the slot token
+	// at the end of each call and when a long call yields (view.go).
+	explained atomic.Pointer[pb.ExplainReply]
 }
 
 func newSession(id uint64, name string, connID uint64) *session {
@@ -165,9 +170,21 @@ func (srv *Server) prefill(ctx context.Context, sess *session, target prompt, fr
 	if wantsProgress(ctx) {
 		chunk = ectx.Options().BatchTokens
 	}
-	for off := from; off < len(target.tokens); off += chunk {
+	for off, end := from, from; off < len(target.tokens); off = end {
 		reportProgress(ctx, "prefill", off-from, len(target.tokens)-from)
-		end := min(off+chunk, len(target.tokens))
+		step := chunk
+		if off > from {
+			// Between chunks other sessions' calls get their turns; the
+			// spans say what the tape holds so far.
+			sess.spans = clipSpans(target.spans, len(sess.tape))
+			if err := srv.yield(sess); err != nil {
+				return err
+			}
+		}
+		if waiting, _ := srv.slot.token.contended(); waiting {
+			step = ectx.Options().BatchTokens // shorter steps while others wait
+		}
+		end = min(off+step, len(target.tokens))
 		if err := ectx.Decode(ctx, target.tokens[off:end], off); err != nil {
 			sess.logitsAt = -1
 			sess.spans = clipSpans(target.spans, len(sess.tape))

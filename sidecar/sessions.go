@@ -45,6 +45,7 @@ func (srv *Server) openSession(ctx context.Context, connID uint64, r *pb.OpenSes
 	if srv.slot.hot.budget > 0 {
 		sess.hot = newHotState()
 	}
+	srv.publishSession(sess)
 	return &pb.OpenSessionReply{SessionId: sess.id, ContextTokens: int64(srv.slot.sessionTokens()), CompatKey: srv.compatKey("plain")}, nil
 }
 
@@ -106,6 +107,7 @@ func (srv *Server) withSession(ctx context.Context, connID, id uint64, f func(*s
 	sess.lastUsed = time.Now() // under mu too: anySession reads it
 	srv.lastSession = sess.id
 	srv.mu.Unlock()
+	defer srv.publishSession(sess)
 	return f(sess)
 }
 
@@ -257,6 +259,22 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			if i == int(r.GetMaxTokens()) {
 				reply.Reason = pb.StopReason_STOP_REASON_MAX_TOKENS
 				return nil
+			}
+			if i > 0 {
+				// Between tokens other sessions' calls get their turns.
+				sess.spans[len(sess.spans)-1].end = len(sess.tape)
+				if err := srv.yield(sess); err != nil {
+					return err
+				}
+				if sess.logitsAt != len(sess.tape) {
+					if err := srv.refreshLogits(ctx, sess); err != nil {
+						if ctx.Err() != nil {
+							reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
+							return nil
+						}
+						return err
+					}
+				}
 			}
 			tok := ectx.Sample(smp)
 			if tok < 0 {

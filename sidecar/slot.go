@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync/atomic"
+	"time"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/engine/llama"
@@ -15,10 +17,13 @@ import (
 	"github.com/ctxd/ctxd/shm"
 )
 
-// slot is the single model slot. Its token (a one-element channel) is the
-// right to use the engine; holders may wait for it with a context.
+// slot is the single model slot. Its token (turns, handed out first come,
+// first served) is the right to use the engine; holders may wait for it
+// with a context.
 type slot struct {
-	token           chan struct{}
+	token           turns
+	view            atomic.Pointer[slotView] // published for readers that never wait for the engine
+	switchCost      time.Duration            // running mean of a session switch (park + restore)
 	model           engine.Model
 	ectx            engine.Context
 	facts           engine.Facts
@@ -37,22 +42,15 @@ type slot struct {
 }
 
 func newSlot() *slot {
-	s := &slot{token: make(chan struct{}, 1)}
-	s.token <- struct{}{}
+	s := &slot{}
+	s.view.Store(&slotView{})
 	return s
 }
 
-// acquire takes the engine token or gives up when ctx ends.
-func (s *slot) acquire(ctx context.Context) error {
-	select {
-	case <-s.token:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// acquire takes the engine token, in turn, or gives up when ctx ends.
+func (s *slot) acquire(ctx context.Context) error { return s.token.acquire(ctx) }
 
-func (s *slot) release() { s.token <- struct{}{} }
+func (s *slot) release() { s.token.release() }
 
 // loadOptions are the settings a model is loaded with.
 type loadOptions struct {
@@ -241,6 +239,12 @@ func (s *slot) makeResident(sess *session) error {
 	if s.resident == sess {
 		return nil
 	}
+	start := time.Now()
+	defer func() {
+		// A running mean of what switching sessions costs: the fair
+		// scheduler's quantum is derived from it (policy.EngineQuantum).
+		s.switchCost = (3*s.switchCost + time.Since(start)) / 4
+	}()
 	if cur := s.resident; cur != nil {
 		st, err := s.ectx.SaveSeq()
 		if err != nil {

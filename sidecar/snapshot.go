@@ -953,9 +953,7 @@ func (srv *Server) idleSnapshots(ctx context.Context) {
 				continue
 			}
 			// Only when the engine is free: never delay a client's call.
-			select {
-			case <-srv.slot.token:
-			default:
+			if !srv.slot.token.tryAcquire() {
 				continue
 			}
 			if srv.slot.model != nil {
@@ -975,14 +973,7 @@ func (srv *Server) listSnapshots(ctx context.Context) (*pb.ListSnapshotsReply, e
 	if err != nil {
 		return nil, coldErr(err)
 	}
-	var compat coldstore.Compat
-	if err := srv.slot.acquire(ctx); err != nil {
-		return nil, err
-	}
-	if srv.slot.model != nil {
-		compat = srv.coldCompat()
-	}
-	srv.slot.release()
+	compat := srv.slot.view.Load().compat // never waits for the engine
 	rep := &pb.ListSnapshotsReply{Cold: srv.coldStatus()}
 	for _, in := range infos {
 		si := &pb.SnapshotInfo{Name: in.Name, CreatedUnixMs: in.Created.UnixMilli(), Tokens: int64(in.Tokens), Blocks: int32(in.Blocks),
