@@ -181,7 +181,7 @@ func (c *Client) readOne() error {
 func (c *Client) fail(err error) {
 	c.closeOnce.Do(func() {
 		c.mu.Lock()
-		c.err = fmt.Errorf("%w: %v", ErrClosed, err)
+		c.err = fmt.Errorf("%w: %w", ErrClosed, err)
 		c.mu.Unlock()
 		close(c.closed)
 		c.ch.Close()

@@ -206,7 +206,7 @@ func (c *codec) decompress(ctx context.Context, out, payload []byte, table []uin
 			}
 			got, err := c.dec.DecodeAll(src, target)
 			if err != nil {
-				return fmt.Errorf("%w: plane %d of chunk %d: %v", ErrCorrupt, p, i, err)
+				return fmt.Errorf("%w: plane %d of chunk %d: %w", ErrCorrupt, p, i, err)
 			}
 			if len(got) != n {
 				return fmt.Errorf("%w: plane %d of chunk %d decoded to %d bytes, want %d", ErrCorrupt, p, i, len(got), n)

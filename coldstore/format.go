@@ -174,7 +174,7 @@ func readFrameFile(path, magic string, withPayload bool, buf []byte) (frame, err
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return frame{}, &fileError{kind: KindMissing, err: fmt.Errorf("%w: %v", ErrNotFound, err)}
+			return frame{}, &fileError{kind: KindMissing, err: fmt.Errorf("%w: %w", ErrNotFound, err)}
 		}
 		return frame{}, &fileError{kind: KindIO, err: err}
 	}

@@ -36,7 +36,7 @@ func ParseKey(s string) (Key, error) {
 		return Key{}, fmt.Errorf("%w: key %q is not 64 hex digits", ErrInvalidArgument, s)
 	}
 	if _, err := hex.Decode(k[:], []byte(s)); err != nil {
-		return Key{}, fmt.Errorf("%w: key %q: %v", ErrInvalidArgument, s, err)
+		return Key{}, fmt.Errorf("%w: key %q: %w", ErrInvalidArgument, s, err)
 	}
 	return k, nil
 }

@@ -137,32 +137,24 @@ func codeText(code ctxdpb.ErrorCode) string {
 	return fmt.Sprintf("error code %d", int32(code))
 }
 
-// ToWire turns err into the wire Error of a failed call; nil gives nil. The
-// code is, in order: that of a *RemoteError in err's chain (passed through
-// with its overflow); CONTEXT_OVERFLOW with the numbers of an OverflowError;
-// the code of the first sentinel err matches (frame errors read from the
-// peer match ErrProtocol); CANCELLED for context.Canceled and
-// context.DeadlineExceeded; RESOURCE_EXHAUSTED for a frame this side refused
-// to send as too large; INTERNAL otherwise. The message is err.Error().
+// ToWire turns err into the wire Error of a failed call; nil gives nil.
+// The code is that of the outermost node of err's chain (walked as
+// errors.Is walks it, a wrapper before what it wraps) that names one: a
+// *RemoteError (passed through with its overflow), an OverflowError
+// (CONTEXT_OVERFLOW with the numbers), or a sentinel. So a server error
+// wrapped as fmt.Errorf("%w: %w", ErrInternal, cause) is INTERNAL even when
+// cause matches another sentinel. Otherwise: the first sentinel err
+// matches by errors.Is (errors with their own Is method; frame errors read
+// from the peer match ErrProtocol); CANCELLED for context.Canceled and
+// context.DeadlineExceeded; RESOURCE_EXHAUSTED for a frame this side
+// refused to send as too large; INTERNAL otherwise. The message is
+// err.Error().
 func ToWire(err error) *ctxdpb.Error {
 	if err == nil {
 		return nil
 	}
 	w := &ctxdpb.Error{Code: ctxdpb.ErrorCode_ERROR_CODE_INTERNAL, Message: err.Error()}
-	var re *RemoteError
-	if errors.As(err, &re) {
-		w.Code = re.Code
-		if re == err {
-			w.Message = re.Message
-		}
-		if re.Overflow != nil {
-			w.Overflow = &ctxdpb.Overflow{PromptTokens: re.Overflow.PromptTokens, ContextTokens: re.Overflow.ContextTokens}
-		}
-		return w
-	}
-	if oe, ok := overflowOf(err); ok {
-		w.Code = ctxdpb.ErrorCode_ERROR_CODE_CONTEXT_OVERFLOW
-		w.Overflow = &ctxdpb.Overflow{PromptTokens: oe.PromptTokens, ContextTokens: oe.ContextTokens}
+	if outermostCode(err, err, w) {
 		return w
 	}
 	for code := ctxdpb.ErrorCode_ERROR_CODE_PROTOCOL; code <= lastCode; code++ {
@@ -180,17 +172,54 @@ func ToWire(err error) *ctxdpb.Error {
 	return w
 }
 
-// overflowOf finds an OverflowError, by value or pointer, in err's chain.
-func overflowOf(err error) (OverflowError, bool) {
-	var v OverflowError
-	if errors.As(err, &v) {
-		return v, true
+// outermostCode fills w from the first node of err's tree, in pre-order,
+// that names a wire code, and reports whether one did. top is the error
+// ToWire was given.
+func outermostCode(err, top error, w *ctxdpb.Error) bool {
+	switch e := err.(type) {
+	case *RemoteError:
+		if e == nil {
+			return false
+		}
+		w.Code = e.Code
+		if e == top {
+			w.Message = e.Message
+		}
+		if e.Overflow != nil {
+			w.Overflow = &ctxdpb.Overflow{PromptTokens: e.Overflow.PromptTokens, ContextTokens: e.Overflow.ContextTokens}
+		}
+		return true
+	case OverflowError:
+		w.Code = ctxdpb.ErrorCode_ERROR_CODE_CONTEXT_OVERFLOW
+		w.Overflow = &ctxdpb.Overflow{PromptTokens: e.PromptTokens, ContextTokens: e.ContextTokens}
+		return true
+	case *OverflowError:
+		if e == nil {
+			return false
+		}
+		w.Code = ctxdpb.ErrorCode_ERROR_CODE_CONTEXT_OVERFLOW
+		w.Overflow = &ctxdpb.Overflow{PromptTokens: e.PromptTokens, ContextTokens: e.ContextTokens}
+		return true
 	}
-	var p *OverflowError
-	if errors.As(err, &p) && p != nil {
-		return *p, true
+	for code := ctxdpb.ErrorCode_ERROR_CODE_PROTOCOL; code <= lastCode; code++ {
+		if err == ErrorForCode(code) {
+			w.Code = code
+			return true
+		}
 	}
-	return OverflowError{}, false
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		if next := u.Unwrap(); next != nil {
+			return outermostCode(next, top, w)
+		}
+	case interface{ Unwrap() []error }:
+		for _, next := range u.Unwrap() {
+			if next != nil && outermostCode(next, top, w) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // FromWire turns the wire Error of a failed call into a *RemoteError; nil

@@ -163,6 +163,14 @@ func TestToWireMapping(t *testing.T) {
 		{localMalformed, ctxdpb.ErrorCode_ERROR_CODE_INTERNAL},
 		{fmt.Errorf("%w", fmt.Errorf("%w: compat key differs", ErrIncompatible)), ctxdpb.ErrorCode_ERROR_CODE_INCOMPATIBLE},
 		{fmt.Errorf("no: %w", ErrVersion), ctxdpb.ErrorCode_ERROR_CODE_VERSION},
+		// Two sentinels in the chain (%w: %w keeps the cause): the
+		// outermost, the one the server chose for the wire, wins.
+		{fmt.Errorf("%w: %w", ErrInternal, fmt.Errorf("%w: waiting", ErrCancelled)), ctxdpb.ErrorCode_ERROR_CODE_INTERNAL},
+		{fmt.Errorf("%w: %w", ErrInvalidManifest, ErrProtocol), ctxdpb.ErrorCode_ERROR_CODE_INVALID_MANIFEST},
+		{fmt.Errorf("%w: %w", ErrResourceExhausted, localTooLarge), ctxdpb.ErrorCode_ERROR_CODE_RESOURCE_EXHAUSTED},
+		{fmt.Errorf("%w: %w", ErrCancelled, context.Canceled), ctxdpb.ErrorCode_ERROR_CODE_CANCELLED},
+		{fmt.Errorf("%w: %w", ErrInternal, OverflowError{PromptTokens: 9, ContextTokens: 8}), ctxdpb.ErrorCode_ERROR_CODE_INTERNAL},
+		{fmt.Errorf("%w: %w", ErrNotFound, peerMalformed), ctxdpb.ErrorCode_ERROR_CODE_NOT_FOUND},
 	}
 	for _, c := range cases {
 		if got := ToWire(c.err).GetCode(); got != c.want {

@@ -25,7 +25,7 @@ import (
 // host RAM and the reason is reported in Status/Explain.
 
 // openCold opens the SSD tier; failures are logged and leave it off.
-func (srv *Server) openCold() {
+func (srv *Server) openCold(ctx context.Context) {
 	if srv.cfg.NoCold {
 		srv.coldOff = "disabled by configuration (--no-cold)"
 		return
@@ -38,7 +38,7 @@ func (srv *Server) openCold() {
 	if quota == 0 {
 		quota = derivedColdQuota(dir)
 	}
-	st, rep, err := coldstore.Open(context.Background(), coldstore.Config{
+	st, rep, err := coldstore.Open(ctx, coldstore.Config{
 		Dir: dir, QuotaBytes: quota, Workers: 1, Logger: srv.log.With("tier", "ssd"),
 	})
 	if err != nil {
@@ -125,15 +125,15 @@ func coldErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, coldstore.ErrNotFound):
-		return fmt.Errorf("%w: %v", protocol.ErrNotFound, err)
+		return fmt.Errorf("%w: %w", protocol.ErrNotFound, err)
 	case errors.Is(err, coldstore.ErrInvalidName):
-		return fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 	case errors.Is(err, coldstore.ErrUnavailable), errors.Is(err, coldstore.ErrQueueFull):
-		return fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
+		return fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: %v", protocol.ErrCancelled, err)
+		return fmt.Errorf("%w: %w", protocol.ErrCancelled, err)
 	default:
-		return fmt.Errorf("%w: %v", protocol.ErrInternal, err)
+		return fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 	}
 }
 

@@ -61,8 +61,11 @@ func (srv *Server) serveConn(ctx context.Context, nc net.Conn) {
 			}
 		}
 		srv.mu.Unlock()
+		// Clean-up outlives the connection's context, not the server's.
 		for _, s := range owned {
-			srv.dropSession(context.Background(), s)
+			if err := srv.dropSession(context.WithoutCancel(ctx), s); err != nil {
+				log.Warn("client gone; closing its session", "session", s.id, "err", err)
+			}
 		}
 		if len(owned) > 0 {
 			log.Debug("client gone; sessions closed", "sessions", len(owned))
@@ -219,7 +222,7 @@ func (srv *Server) checkPeer(nc net.Conn) error {
 		return err
 	}
 	if cerr != nil {
-		return fmt.Errorf("%w: reading peer credentials: %v", protocol.ErrPermissionDenied, cerr)
+		return fmt.Errorf("%w: reading peer credentials: %w", protocol.ErrPermissionDenied, cerr)
 	}
 	uid := int(cred.Uid)
 	if uid == os.Getuid() || slices.Contains(srv.cfg.AllowUIDs, uid) {

@@ -11,7 +11,16 @@
 //   - One model slot: loading, switching or unloading a model while any
 //     session is open fails with ErrModelBusy.
 //   - One engine user at a time: every engine call runs under the slot's
-//     token, so sessions interleave only between calls.
+//     token (turns.go), handed out in arrival order. A long decode or
+//     prefill gives it up between tokens or batches once it has held it for
+//     the quantum policy.EngineQuantum derives from the measured cost of a
+//     session switch, so sessions interleave fairly; it does so only with
+//     its tape and KV equal. Status, Explain, ListSnapshots, Metrics and
+//     Summary never take the token: they read views published under it
+//     (view.go).
+//   - Private folders (the socket's, the arena's, the SSD tier's) are never
+//     reached through a symbolic link nor taken over from another uid
+//     (internal/privdir); only a stale socket is ever unlinked.
 //   - A session's tape mirrors its KV exactly. Dense sessions: token i of
 //     the tape sits at position i of sequence 0 whenever the session is
 //     resident. Hot-set sessions (hot.go): the tape is cut into blocks, each

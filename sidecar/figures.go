@@ -74,7 +74,7 @@ func measureFigures(ctx context.Context, ectx engine.Context, facts engine.Facts
 	// Timing compression takes a few hundred milliseconds of CPU: do it
 	// off the load path; restores use the default until it lands.
 	go func(out *atomic.Uint64) {
-		if tp, err := coldstore.MeasureThroughput(context.Background(), eb, sample); err == nil && tp.DecompressBytesPerSec > 0 {
+		if tp, err := coldstore.MeasureThroughput(ctx, eb, sample); err == nil && tp.DecompressBytesPerSec > 0 {
 			out.Store(math.Float64bits(tp.DecompressBytesPerSec))
 		}
 	}(f.decomp)

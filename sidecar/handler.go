@@ -185,15 +185,15 @@ func (srv *Server) loadModel(ctx context.Context, r *pb.LoadModelRequest) (*pb.L
 		return nil, err
 	}
 	defer srv.slot.release()
-	if err := srv.loadLocked(r.GetPath(), int(r.GetContextTokens())); err != nil {
+	if err := srv.loadLocked(ctx, r.GetPath(), int(r.GetContextTokens())); err != nil {
 		return nil, err
 	}
 	return &pb.LoadModelReply{Model: srv.modelInfo(), Capacity: srv.capacityReply()}, nil
 }
 
 // loadLocked loads a model; the caller holds the slot token.
-func (srv *Server) loadLocked(path string, ctxTokens int) error {
-	warn, err := srv.slot.load(loadOptions{
+func (srv *Server) loadLocked(ctx context.Context, path string, ctxTokens int) error {
+	warn, err := srv.slot.load(ctx, loadOptions{
 		cfg: &srv.cfg, dataDir: srv.cfg.DataDir, log: srv.log.Warn,
 		path: path, contextTokens: ctxTokens, kvType: srv.cfg.KVType,
 		flashAttention: srv.cfg.FlashAttention, batchTokens: srv.cfg.BatchTokens, threads: srv.cfg.Threads,

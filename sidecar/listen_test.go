@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -15,7 +16,7 @@ import (
 // modelless is a server without a model, for tests of its socket.
 func modelless(t *testing.T, socket string) *Server {
 	t.Helper()
-	srv, err := New(Config{SocketPath: socket, DataDir: filepath.Join(t.TempDir(), "data"), NoCold: true,
+	srv, err := New(context.Background(), Config{SocketPath: socket, DataDir: filepath.Join(t.TempDir(), "data"), NoCold: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

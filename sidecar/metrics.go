@@ -372,7 +372,7 @@ func (srv *Server) serveMetricsHTTP(ctx context.Context) error {
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("%w: --metrics-addr %s: %v", ErrConfig, addr, err)
+		return fmt.Errorf("%w: --metrics-addr %s: %w", ErrConfig, addr, err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(srv.metrics.reg, promhttp.HandlerOpts{}))

@@ -146,7 +146,7 @@ func TestMetricsHTTPListener(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{SocketPath: filepath.Join(dir, "s.sock"), DataDir: filepath.Join(dir, "d"), MetricsAddr: addr,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	srv, err := New(cfg)
+	srv, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/ctxd/ctxd/engine"
@@ -31,7 +32,12 @@ type orphanTape struct {
 // blocks grouped by session, in id order, cut at the first broken chain.
 // Blocks that no tape can use are freed. It returns the largest block id
 // and session id seen, so new ones do not collide.
-func collectOrphans(a *shm.Arena) (tapes []*orphanTape, maxID, maxSession uint64) {
+func collectOrphans(a *shm.Arena, log *slog.Logger) (tapes []*orphanTape, maxID, maxSession uint64) {
+	drop := func(id uint64) {
+		if err := a.Delete(id); err != nil {
+			log.Warn("arena: freeing a block no tape can use", "id", id, "err", err)
+		}
+	}
 	bySession := map[uint64][]shm.Meta{}
 	var order []uint64
 	for _, m := range a.List() { // ascending id
@@ -50,7 +56,7 @@ func collectOrphans(a *shm.Arena) (tapes []*orphanTape, maxID, maxSession uint64
 		first, err := a.Get(ms[0].ID)
 		if err != nil {
 			for _, m := range ms {
-				a.Delete(m.ID)
+				drop(m.ID)
 			}
 			continue
 		}
@@ -66,7 +72,7 @@ func collectOrphans(a *shm.Arena) (tapes []*orphanTape, maxID, maxSession uint64
 			}
 			if parent == nil {
 				for _, m := range ms {
-					a.Delete(m.ID)
+					drop(m.ID)
 				}
 				continue
 			}
@@ -78,13 +84,13 @@ func collectOrphans(a *shm.Arena) (tapes []*orphanTape, maxID, maxSession uint64
 		broken := false
 		for _, m := range ms {
 			if broken {
-				a.Delete(m.ID)
+				drop(m.ID)
 				continue
 			}
 			b, err := a.Get(m.ID)
 			if err != nil || shm.ChainHash(prev, b.Tokens) != m.Chain {
 				broken = true
-				a.Delete(m.ID)
+				drop(m.ID)
 				continue
 			}
 			prev = m.Chain
@@ -109,7 +115,6 @@ func collectOrphans(a *shm.Arena) (tapes []*orphanTape, maxID, maxSession uint64
 // orphan tape (the chain-contiguous prefix of stored blocks); the rest are
 // freed. The caller holds the slot token.
 func (srv *Server) orphanFromSession(sess *session) {
-	a := srv.slot.arena
 	t := &orphanTape{since: time.Now()}
 	contiguous := true
 	for _, b := range sess.hot.blocks {
@@ -118,7 +123,7 @@ func (srv *Server) orphanFromSession(sess *session) {
 			continue
 		}
 		if !contiguous {
-			a.Delete(b.id)
+			srv.slot.deleteBlock(b.id)
 			continue
 		}
 		t.blocks = append(t.blocks, shm.Meta{ID: b.id, Session: sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
@@ -138,7 +143,7 @@ func (s *slot) freeOrphan() bool {
 	t := s.orphans[0]
 	s.orphans = s.orphans[1:]
 	for _, m := range t.blocks {
-		s.arena.Delete(m.ID)
+		s.deleteBlock(m.ID)
 	}
 	return true
 }

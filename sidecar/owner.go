@@ -66,7 +66,7 @@ func acquireOwner(dataDir string) (*ownerLock, error) {
 func (o *ownerLock) check() error {
 	var st unix.Stat_t
 	if err := unix.Stat(o.path, &st); err != nil {
-		return fmt.Errorf("%w: %s: %v", ErrLeaseLost, o.path, err)
+		return fmt.Errorf("%w: %s: %w", ErrLeaseLost, o.path, err)
 	}
 	if st.Ino != o.ino {
 		return fmt.Errorf("%w: %s was replaced", ErrLeaseLost, o.path)

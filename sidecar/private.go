@@ -36,7 +36,7 @@ func StartPrivate(cfg Config) (*Private, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	srv, err := New(cfg)
+	srv, err := New(context.Background(), cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err

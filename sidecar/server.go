@@ -45,9 +45,11 @@ type Server struct {
 	snapWG  sync.WaitGroup // automatic snapshots being written
 }
 
-// New takes ownership of the data directory and loads the configured
-// model. It fails with ErrAlreadyRunning when another ctxd owns it.
-func New(cfg Config) (*Server, error) {
+// New takes ownership of the data directory, opens the SSD tier, reads
+// its snapshot index and loads the configured model; ctx bounds all of it
+// (the model file itself is mapped in one step that ctx cannot interrupt).
+// It fails with ErrAlreadyRunning when another ctxd owns the directory.
+func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -56,14 +58,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	srv := &Server{
-		cfg: cfg, log: cfg.Logger, owner: owner, slot: newSlot(), started: time.Now(),
+		cfg: cfg, log: cfg.Logger, owner: owner, slot: newSlot(cfg.Logger), started: time.Now(),
 		sessions: map[uint64]*session{}, conns: map[uint64]*conn{}, snaps: map[string]*snapEntry{},
 	}
 	srv.metrics = newMetrics(srv.sessionCount)
-	srv.openCold()
-	srv.loadSnapIndex(context.Background())
+	srv.openCold(ctx)
+	srv.loadSnapIndex(ctx)
 	if cfg.ModelPath != "" {
-		if err := srv.loadLocked(cfg.ModelPath, cfg.ContextTokens); err != nil {
+		if err := srv.loadLocked(ctx, cfg.ModelPath, cfg.ContextTokens); err != nil {
 			if srv.cold != nil {
 				srv.cold.Close()
 			}
@@ -177,39 +179,68 @@ func (srv *Server) watchLease(ctx context.Context, cancel context.CancelCauseFun
 
 func (srv *Server) fenced() error {
 	if p := srv.fence.Load(); p != nil {
-		return fmt.Errorf("%w: %v", protocol.ErrInternal, *p)
+		return fmt.Errorf("%w: %w", protocol.ErrInternal, *p)
 	}
 	return nil
 }
 
-// Close ends every session, frees the model and releases ownership.
-func (srv *Server) Close() error {
+// Close is Shutdown without a deadline.
+func (srv *Server) Close() error { return srv.Shutdown(context.Background()) }
+
+// Shutdown ends every connection and session (their automatic snapshots
+// are written), closes the SSD tier, frees the model and releases
+// ownership of the data directory. When ctx ends first it stops waiting:
+// snapshots and blocks not yet written are given up, the model is left to
+// the process's exit, ownership is released and ctx's error returned.
+func (srv *Server) Shutdown(ctx context.Context) error {
 	srv.closeConns()
-	srv.wg.Wait()
-	ctx := context.Background()
-	srv.mu.Lock()
-	all := make([]*session, 0, len(srv.sessions))
-	for _, s := range srv.sessions {
-		all = append(all, s)
-	}
-	srv.mu.Unlock()
-	for _, s := range all {
-		srv.dropSession(ctx, s)
-	}
-	// Automatic snapshots of the sessions just closed finish first.
-	srv.snapWG.Wait()
-	if srv.cold != nil {
-		if err := srv.cold.Close(); err != nil {
-			srv.log.Warn("SSD tier: closing", "err", err)
+	wait := func(wg *sync.WaitGroup) error {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
-	if err := srv.slot.acquire(ctx); err == nil {
-		srv.slot.unload()
-		srv.metrics.setArena(nil)
-		srv.publishSlot()
-		srv.slot.release()
+	err := wait(&srv.wg)
+	if err == nil {
+		srv.mu.Lock()
+		all := make([]*session, 0, len(srv.sessions))
+		for _, s := range srv.sessions {
+			all = append(all, s)
+		}
+		srv.mu.Unlock()
+		for _, s := range all {
+			if e := srv.dropSession(ctx, s); e != nil {
+				srv.log.Warn("shutdown: closing session", "session", s.id, "err", e)
+				err = e
+				break
+			}
+		}
+	}
+	if err == nil {
+		// Automatic snapshots of the sessions just closed finish first.
+		err = wait(&srv.snapWG)
+	}
+	if srv.cold != nil {
+		if e := srv.cold.CloseContext(ctx); e != nil {
+			srv.log.Warn("SSD tier: closing", "err", e)
+		}
+	}
+	if err == nil {
+		if err = srv.slot.acquire(ctx); err == nil {
+			srv.slot.unload()
+			srv.metrics.setArena(nil)
+			srv.publishSlot()
+			srv.slot.release()
+		}
 	}
 	srv.owner.release()
+	if err != nil {
+		return fmt.Errorf("shutdown incomplete: %w", err)
+	}
 	return nil
 }
 

@@ -60,6 +60,19 @@ func newSession(id uint64, name string, connID uint64) *session {
 	return &session{id: id, name: name, connID: connID, logitsAt: -1, expireFrom: -1, tokCache: map[[32]byte][]engine.Token{}, lastUsed: time.Now()}
 }
 
+// lockBusy takes the session's call lock, waiting for a call in flight
+// to end, or gives up when ctx ends.
+func (s *session) lockBusy(ctx context.Context) error {
+	for delay := 50 * time.Microsecond; !s.busy.TryLock(); delay = min(2*delay, 10*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+	}
+	return nil
+}
+
 func (s *session) resetTape() {
 	s.tape, s.spans, s.logitsAt = nil, nil, -1
 }
@@ -101,7 +114,7 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 			var err error
 			toks, err = m.Tokenize(seg.Text, false)
 			if err != nil {
-				return prompt{}, fmt.Errorf("%w: segment %q: %v", protocol.ErrInvalidManifest, seg.ID, err)
+				return prompt{}, fmt.Errorf("%w: segment %q: %w", protocol.ErrInvalidManifest, seg.ID, err)
 			}
 			if len(sess.tokCache) > 8192 {
 				clear(sess.tokCache)
@@ -147,7 +160,7 @@ func (srv *Server) sync(ctx context.Context, sess *session, target prompt, needL
 	if keep < len(sess.tape) {
 		n, err := ectx.Remove(keep, -1)
 		if err != nil {
-			return r, fmt.Errorf("%w: %v", protocol.ErrInternal, err)
+			return r, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 		}
 		r.dropped = n
 		sess.truncate(keep)
@@ -290,12 +303,12 @@ func commonPrefix(a, b []engine.Token) int {
 func engineErr(err error) error {
 	switch {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: %v", protocol.ErrCancelled, err)
+		return fmt.Errorf("%w: %w", protocol.ErrCancelled, err)
 	case errors.Is(err, engine.ErrContextFull):
-		return fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
+		return fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	case errors.Is(err, engine.ErrInvalidArgument):
-		return fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 	default:
-		return fmt.Errorf("%w: %v", protocol.ErrInternal, err)
+		return fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 	}
 }

@@ -90,7 +90,7 @@ func (srv *Server) withSession(ctx context.Context, connID, id uint64, f func(*s
 	}
 	defer sess.busy.Unlock()
 	if err := srv.slot.acquire(ctx); err != nil {
-		return fmt.Errorf("%w: waiting for the engine: %v", protocol.ErrCancelled, err)
+		return fmt.Errorf("%w: waiting for the engine: %w", protocol.ErrCancelled, err)
 	}
 	defer srv.slot.release()
 	if sess.closed {
@@ -122,7 +122,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 	start := time.Now()
 	m := protocol.ManifestFromWire(r.GetManifest())
 	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", protocol.ErrInvalidManifest, err)
+		return nil, fmt.Errorf("%w: %w", protocol.ErrInvalidManifest, err)
 	}
 	if !templates[m.Template] {
 		return nil, fmt.Errorf("%w: unknown prompt template %q (known: plain)", protocol.ErrInvalidManifest, m.Template)
@@ -176,7 +176,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		}
 		all := policy.Manifest{Template: sess.manifest.Template, Segments: append(append([]policy.Segment(nil), sess.manifest.Segments...), extra...)}
 		if err := all.Validate(); err != nil {
-			return fmt.Errorf("%w: %v", protocol.ErrInvalidManifest, err)
+			return fmt.Errorf("%w: %w", protocol.ErrInvalidManifest, err)
 		}
 		stable, err := srv.tokenizeSegments(sess, all.StablePrefix(), true, 0)
 		if err != nil {
@@ -236,7 +236,7 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 		}
 		smp, err := ectx.NewSampler(params)
 		if err != nil {
-			return fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
+			return fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 		}
 		defer smp.Close()
 		genStart := len(sess.tape)
@@ -300,7 +300,7 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			if !r.GetNoStream() {
 				if err := emit(&pb.StreamEvent{Body: &pb.StreamEvent_Token{Token: ev}}); err != nil {
 					if errors.Is(err, protocol.ErrFrameTooLarge) {
-						return fmt.Errorf("%w: a token event does not fit a frame: %v", protocol.ErrResourceExhausted, err)
+						return fmt.Errorf("%w: a token event does not fit a frame: %w", protocol.ErrResourceExhausted, err)
 					}
 					reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
 					return nil // the client is gone; the tape stays consistent
@@ -432,10 +432,13 @@ func (srv *Server) closeSession(ctx context.Context, connID, id uint64) error {
 	return srv.dropSession(ctx, sess)
 }
 
-// dropSession frees a session's KV and removes it. It waits for a call in
-// flight on the session to end (its context is cancelled by the caller).
+// dropSession frees a session's KV and removes it. It waits, until ctx
+// ends, for a call in flight on the session to end (its context is
+// cancelled by the caller).
 func (srv *Server) dropSession(ctx context.Context, sess *session) error {
-	sess.busy.Lock()
+	if err := sess.lockBusy(ctx); err != nil {
+		return fmt.Errorf("%w: session %d: waiting for its call to end: %w", protocol.ErrCancelled, sess.id, err)
+	}
 	defer sess.busy.Unlock()
 	if err := srv.slot.acquire(ctx); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,6 +23,7 @@ import (
 // with a context.
 type slot struct {
 	token           turns
+	log             *slog.Logger
 	view            atomic.Pointer[slotView] // published for readers that never wait for the engine
 	switchCost      time.Duration            // running mean of a session switch (park + restore)
 	model           engine.Model
@@ -41,8 +43,8 @@ type slot struct {
 	arenaMaxSession uint64        // largest session id found in a re-attached arena
 }
 
-func newSlot() *slot {
-	s := &slot{}
+func newSlot(log *slog.Logger) *slot {
+	s := &slot{log: log}
 	s.view.Store(&slotView{})
 	return s
 }
@@ -67,22 +69,25 @@ type loadOptions struct {
 
 // load replaces the model; the caller holds the token and has checked that
 // no session holds the slot.
-func (s *slot) load(o loadOptions) (string, error) {
+func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	if s.holders > 0 {
 		return "", fmt.Errorf("%w: %d sessions are open on %s", protocol.ErrModelBusy, s.holders, s.facts.Path)
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("%w: loading %s: %w", protocol.ErrCancelled, o.path, err)
 	}
 	m, err := llama.Load(o.path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("%w: model file %s", protocol.ErrNotFound, o.path)
 	case err != nil:
-		return "", fmt.Errorf("%w: %v", protocol.ErrBadModel, err)
+		return "", fmt.Errorf("%w: %w", protocol.ErrBadModel, err)
 	}
 	facts := m.Facts()
 	usable, err := hostAvailableBytes()
 	if err != nil {
 		m.Close()
-		return "", fmt.Errorf("%w: measuring host memory: %v", protocol.ErrInternal, err)
+		return "", fmt.Errorf("%w: measuring host memory: %w", protocol.ErrInternal, err)
 	}
 	capa, err := policy.PlanCapacity(policy.CapacityInput{
 		Facts: policy.ModelFacts{
@@ -100,7 +105,7 @@ func (s *slot) load(o loadOptions) (string, error) {
 	})
 	if err != nil {
 		m.Close()
-		return "", fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
+		return "", fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	}
 	hc, err := resolveHot(o.cfg, facts, capa)
 	if err != nil {
@@ -129,15 +134,20 @@ func (s *slot) load(o loadOptions) (string, error) {
 	if err != nil {
 		m.Close()
 		if errors.Is(err, engine.ErrInvalidArgument) {
-			return "", fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
+			return "", fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 		}
-		return "", fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
+		return "", fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	}
 	costAt := 0
 	if hc.budget > 0 {
 		costAt = min(hc.limit/2, 256)
 	}
-	fig := measureFigures(context.Background(), ectx, facts, elemBytes(o.kvType), costAt)
+	fig := measureFigures(ctx, ectx, facts, elemBytes(o.kvType), costAt)
+	if err := ctx.Err(); err != nil {
+		ectx.Close()
+		m.Close()
+		return "", fmt.Errorf("%w: loading %s: %w", protocol.ErrCancelled, o.path, err)
+	}
 	if hc.budget > 0 && o.cfg.TurnLatency > 0 {
 		var msg string
 		if hc, msg = latencyBound(hc, fig, o.cfg.TurnLatency, o.cfg.TurnSuffixTokens); msg != "" {
@@ -159,7 +169,7 @@ func (s *slot) load(o loadOptions) (string, error) {
 		if err != nil {
 			ectx.Close()
 			m.Close()
-			return "", fmt.Errorf("%w: host-RAM arena: %v", protocol.ErrResourceExhausted, err)
+			return "", fmt.Errorf("%w: host-RAM arena: %w", protocol.ErrResourceExhausted, err)
 		}
 		for _, sa := range rep.SetAside {
 			o.log("arena file set aside", "path", sa.Path, "moved_to", sa.MovedTo, "err", sa.Err)
@@ -169,7 +179,7 @@ func (s *slot) load(o loadOptions) (string, error) {
 		}
 		// Parked blocks of a previous run become orphan tapes that new
 		// sessions resume from (orphan.go); ids continue above theirs.
-		orphans, maxID, maxSession = collectOrphans(a)
+		orphans, maxID, maxSession = collectOrphans(a, s.log)
 		if n := len(orphans); n > 0 {
 			o.log("arena re-attached: parked blocks of an earlier ctxd kept for resume", "tapes", n)
 		}
@@ -248,7 +258,7 @@ func (s *slot) makeResident(sess *session) error {
 	if cur := s.resident; cur != nil {
 		st, err := s.ectx.SaveSeq()
 		if err != nil {
-			return fmt.Errorf("%w: parking session %d: %v", protocol.ErrInternal, cur.id, err)
+			return fmt.Errorf("%w: parking session %d: %w", protocol.ErrInternal, cur.id, err)
 		}
 		cur.parked = &st
 		cur.logitsAt = -1
@@ -269,12 +279,20 @@ func (s *slot) makeResident(sess *session) error {
 	return nil
 }
 
+// deleteBlock frees a parked block; a failure (the arena closed, the
+// block already gone) is logged: the block is unusable either way.
+func (s *slot) deleteBlock(id uint64) {
+	if err := s.arena.Delete(id); err != nil {
+		s.log.Warn("arena: freeing a block", "id", id, "err", err)
+	}
+}
+
 // forget drops sess from the engine if resident.
 func (s *slot) forget(sess *session) {
 	if sess.hot != nil && s.arena != nil {
 		for _, b := range sess.hot.blocks {
 			if b.stored {
-				s.arena.Delete(b.id)
+				s.deleteBlock(b.id)
 			}
 		}
 	}

@@ -171,7 +171,7 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 		meta.Template = sess.manifest.Template
 		m, err := proto.Marshal(protocol.ManifestToWire(*sess.manifest))
 		if err != nil {
-			return nil, fmt.Errorf("%w: encoding the manifest: %v", protocol.ErrInternal, err)
+			return nil, fmt.Errorf("%w: encoding the manifest: %w", protocol.ErrInternal, err)
 		}
 		c.snap.Manifest = m
 	}
@@ -279,7 +279,7 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 	c.mode = meta.Mode
 	mb, err := json.Marshal(meta)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encoding snapshot metadata: %v", protocol.ErrInternal, err)
+		return nil, fmt.Errorf("%w: encoding snapshot metadata: %w", protocol.ErrInternal, err)
 	}
 	c.snap.Meta = mb
 	// The saved state continues from recomputed logits, as a restore does,
@@ -329,7 +329,7 @@ func (srv *Server) write(ctx context.Context, c *snapCapture) (*pb.SnapshotReply
 			if cause == "" {
 				cause = fmt.Sprintf("the quota of %d bytes cannot hold this snapshot's %d raw bytes", st.QuotaBytes, c.raw)
 			}
-			return nil, fmt.Errorf("%w: snapshot %s not saved: %s (%v)", protocol.ErrResourceExhausted, c.snap.Name, cause, err)
+			return nil, fmt.Errorf("%w: snapshot %s not saved: %s (%w)", protocol.ErrResourceExhausted, c.snap.Name, cause, err)
 		}
 		return nil, coldErr(err)
 	}
@@ -377,7 +377,7 @@ func (srv *Server) snapshot(ctx context.Context, r *pb.SnapshotRequest) (*pb.Sna
 // whole run) and the capture sees the state between two calls.
 func (srv *Server) captureSession(ctx context.Context, sess *session, name string) (*snapCapture, error) {
 	if err := srv.slot.acquire(ctx); err != nil {
-		return nil, fmt.Errorf("%w: waiting for the engine: %v", protocol.ErrCancelled, err)
+		return nil, fmt.Errorf("%w: waiting for the engine: %w", protocol.ErrCancelled, err)
 	}
 	defer srv.slot.release()
 	if sess.closed {
@@ -441,7 +441,7 @@ func (srv *Server) restore(ctx context.Context, connID uint64, r *pb.RestoreRequ
 	err = srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
 		tape, err := decodeTape(meta.Tape)
 		if err != nil {
-			return fmt.Errorf("%w: snapshot %s: %v", protocol.ErrInternal, snap.Name, err)
+			return fmt.Errorf("%w: snapshot %s: %w", protocol.ErrInternal, snap.Name, err)
 		}
 		rep, err = srv.restoreInto(ctx, sess, snap, meta, tape, len(tape))
 		return err
@@ -487,7 +487,7 @@ func (srv *Server) restoreInto(ctx context.Context, sess *session, snap coldstor
 	if len(snap.Manifest) > 0 {
 		var w pb.Manifest
 		if err := proto.Unmarshal(snap.Manifest, &w); err != nil {
-			return nil, fmt.Errorf("%w: snapshot %s: manifest: %v", protocol.ErrIncompatible, snap.Name, err)
+			return nil, fmt.Errorf("%w: snapshot %s: manifest: %w", protocol.ErrIncompatible, snap.Name, err)
 		}
 		mm := protocol.ManifestFromWire(&w)
 		m = &mm
@@ -572,7 +572,7 @@ func (srv *Server) clearSession(sess *session) error {
 	if sess.hot != nil {
 		for _, b := range sess.hot.blocks {
 			if b.stored && srv.slot.arena != nil {
-				srv.slot.arena.Delete(b.id)
+				srv.slot.deleteBlock(b.id)
 			}
 			srv.dropCold(b)
 		}
@@ -629,7 +629,7 @@ func (srv *Server) restoreDense(ctx context.Context, sess *session, snap coldsto
 		}
 		if fb.err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("%w: %v", protocol.ErrCancelled, ctx.Err())
+				return fmt.Errorf("%w: %w", protocol.ErrCancelled, ctx.Err())
 			}
 			rep.Choice = fmt.Sprintf("block %d unusable (%v): recomputed from token %d", i, fb.err, pos)
 			break
@@ -716,7 +716,7 @@ func (srv *Server) restoreHot(ctx context.Context, sess *session, snap coldstore
 			}
 			if fb.err != nil {
 				if ctx.Err() != nil {
-					return fmt.Errorf("%w: %v", protocol.ErrCancelled, ctx.Err())
+					return fmt.Errorf("%w: %w", protocol.ErrCancelled, ctx.Err())
 				}
 				h.note(fmt.Sprintf("block %d (tokens %d..%d) not restored: %v", b.id, b.vstart, b.vstart+b.n, fb.err))
 			}
@@ -732,8 +732,8 @@ func (srv *Server) restoreHot(ctx context.Context, sess *session, snap coldstore
 		if fb.err != nil {
 			// Without the engine image the hot set cannot be rebuilt
 			// exactly: leave the session empty rather than inconsistent.
-			srv.clearSession(sess)
-			return fmt.Errorf("%w: snapshot %s: hot range at %d: %v", protocol.ErrInternal, snap.Name, r.PStart, fb.err)
+			srv.clearOrLog(sess)
+			return fmt.Errorf("%w: snapshot %s: hot range at %d: %w", protocol.ErrInternal, snap.Name, r.PStart, fb.err)
 		}
 	}
 	sess.tape = append(sess.tape[:0], tape...)

@@ -23,6 +23,7 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 	model := fs.String("model", defaultModel(), "model for the private daemon")
 	ctxTokens := fs.Int("ctx", 8192, "context tokens (the long decode must fit)")
 	hot := fs.Int("hot", 0, "hot-set budget (0: dense)")
+	threads := fs.Int("threads", 1, "engine threads (0: all CPUs; on a shared, loaded machine more than one thread makes every batch wait for the scheduler at each barrier)")
 	clients := fs.Int("clients", 16, "clients taking short turns")
 	turns := fs.Int("turns", 12, "short turns per client in the baseline")
 	longTokens := fs.Int("long-tokens", 4000, "tokens of the long decode")
@@ -31,7 +32,7 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: *model, ContextTokens: *ctxTokens, HotTokens: *hot, Version: "ctxctl-private", NoCold: true})
+	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: *model, ContextTokens: *ctxTokens, HotTokens: *hot, Threads: *threads, Version: "ctxctl-private", NoCold: true})
 	if err != nil {
 		return err
 	}
@@ -154,11 +155,14 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 		return time.Since(t0), err
 	}
 
+	phase := func(what string) { fmt.Fprintf(e.stderr, "bench fair: %s\n", what) }
 	// 1. The long decode alone.
+	phase("the long decode alone")
 	alone, err := longDecode()
 	if err != nil {
 		return fmt.Errorf("long decode alone: %w", err)
 	}
+	phase(fmt.Sprintf("%.2f s; the short turns alone", alone.Seconds()))
 	// 2. The short turns alone (one warm-up round first), with Status sampled.
 	if _, err := runShorts(func(done int) bool { return done >= 1 }); err != nil {
 		return err
@@ -178,6 +182,7 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("short turns alone: %w", err)
 	}
+	phase(fmt.Sprintf("%d turns; the short turns beside the long decode", len(base)))
 	// 3. The short turns while the long decode streams, Status sampled.
 	var longDone atomic.Bool
 	var together time.Duration

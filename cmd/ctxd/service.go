@@ -54,7 +54,7 @@ func serve(sc sidecar.Config, log *slog.Logger) int {
 	if sc.ModelPath != "" {
 		setStatus("loading " + sc.ModelPath)
 	}
-	srv, err := sidecar.New(sc)
+	srv, err := sidecar.New(context.Background(), sc)
 	if err != nil {
 		if activated != nil {
 			activated.Close()

@@ -48,6 +48,10 @@ func Ensure(dir string) error {
 
 // refusal explains why dir could not be opened as a folder.
 func refusal(dir string, err error) error {
+	// O_NOFOLLOW|O_DIRECTORY on a link gives ELOOP or ENOTDIR: ask lstat.
+	if st, lerr := os.Lstat(dir); lerr == nil && st.Mode()&os.ModeSymlink != 0 {
+		err = unix.ELOOP
+	}
 	switch {
 	case errors.Is(err, unix.ELOOP):
 		target, _ := os.Readlink(dir)

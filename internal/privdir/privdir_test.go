@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -34,8 +35,8 @@ func TestEnsureRefusesSymlinkAndLeavesTargetAlone(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	if err := Ensure(link); !errors.Is(err, ErrUnsafe) {
-		t.Fatalf("symlink: %v, want ErrUnsafe", err)
+	if err := Ensure(link); !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("symlink: %v, want ErrUnsafe naming the link", err)
 	}
 	if st, _ := os.Stat(target); st.Mode().Perm() != 0o755 {
 		t.Fatalf("the link's target was changed to %v", st.Mode())

@@ -34,7 +34,7 @@ func main() {
 		go ioOnSignal(*ioFile)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	srv, err := sidecar.New(cfg)
+	srv, err := sidecar.New(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tracee:", err)
 		os.Exit(1)
