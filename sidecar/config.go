@@ -20,10 +20,18 @@ type Config struct {
 	DataDir        string        // default DefaultDataDir()
 	KVType         policy.KVType // f16 default
 	FlashAttention bool
-	BatchTokens    int    // prefill batch; 0 = 512
-	Threads        int    // 0 = all CPUs
-	AllowUIDs      []int  // peers allowed besides the server's own uid
-	MaxFrame       uint32 // 0 = protocol.DefaultMaxFrame
+	BatchTokens    int // prefill batch; 0 = 512
+	Threads        int // ceiling of CPU threads; 0 = all CPUs
+	// Where the model runs. BackendDir holds GPU backend libraries
+	// (libggml-vulkan.so, libggml-cuda.so; "" = none loaded here); Device
+	// picks among their devices (policy.ChooseDevice: "" = the GPU with
+	// the most free memory, "cpu" = none); GPULayers is how many
+	// transformer blocks go there (0 = every one that fits).
+	BackendDir string
+	Device     string
+	GPULayers  int
+	AllowUIDs  []int  // peers allowed besides the server's own uid
+	MaxFrame   uint32 // 0 = protocol.DefaultMaxFrame
 
 	// Beyond the window (hot-set mode). HotTokens 0 keeps sessions dense:
 	// every token resident, at most ContextTokens.
@@ -94,6 +102,9 @@ func (c *Config) fill() error {
 	}
 	if !c.KVType.Valid() {
 		return fmt.Errorf("%w: KV type %v", ErrConfig, c.KVType)
+	}
+	if c.GPULayers < 0 {
+		return fmt.Errorf("%w: --gpu-layers %d", ErrConfig, c.GPULayers)
 	}
 	return nil
 }

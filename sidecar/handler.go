@@ -148,6 +148,7 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 	if srv.slot.model != nil {
 		r.Model = srv.modelInfo()
 		r.Capacity = srv.capacityReply()
+		r.Device = srv.deviceInfo()
 	}
 	return r, nil
 }
@@ -198,7 +199,7 @@ func (srv *Server) loadModel(ctx context.Context, r *pb.LoadModelRequest) (*pb.L
 // loadLocked loads a model; the caller holds the slot token.
 func (srv *Server) loadLocked(path string, ctxTokens int) error {
 	warn, err := srv.slot.load(loadOptions{
-		cfg: &srv.cfg, dataDir: srv.cfg.DataDir, log: srv.log.Warn,
+		cfg: &srv.cfg, dataDir: srv.cfg.DataDir, log: srv.log.Warn, info: srv.log.Info,
 		path: path, contextTokens: ctxTokens, kvType: srv.cfg.KVType,
 		flashAttention: srv.cfg.FlashAttention, batchTokens: srv.cfg.BatchTokens, threads: srv.cfg.Threads,
 	})

@@ -35,8 +35,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return benchCrash(ctx, e, args[1:])
 	case "trace":
 		return benchTrace(ctx, e, args[1:])
+	case "speed":
+		return benchSpeed(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace)", args[0])}
+	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, speed)", args[0])}
 }
 
 func defaultModel() string {

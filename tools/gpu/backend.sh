@@ -12,6 +12,9 @@
 #                    between runs (default $HOME/.cache/ctxd/gpu); a second
 #                    build of the same sources only relinks.
 #   GPU_JOBS         parallel build jobs (default: all CPUs).
+#   CUDA_ARCHITECTURES  overrides the preset's CUDA architectures (e.g. 90
+#                    for an H100/H200: one target builds many times faster
+#                    than the preset's twelve).
 #
 # The module cache is read-only and never modified: the sources are copied,
 # then patched in the copy for two gaps of the vendored tree:
@@ -81,7 +84,9 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 	gen=()
 	command -v ninja >/dev/null && gen=(-G Ninja)
 	# $ORIGIN: the backend finds libggml-base beside itself wherever OUTDIR is.
-	cmake -S "$src" -B "$build" --preset "$preset" "${gen[@]}" \
+	arch=()
+	[ -n "${CUDA_ARCHITECTURES:-}" ] && arch=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHITECTURES")
+	cmake -S "$src" -B "$build" --preset "$preset" "${gen[@]}" "${arch[@]}" \
 		-DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_INSTALL_RPATH='$ORIGIN'
 fi
 cmake --build "$build" --target "$target" -j "$jobs"
