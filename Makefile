@@ -24,7 +24,7 @@ export CTXD_TRACES  := $(TRACES)
 
 BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace
 
-.PHONY: all build deps headers test test-short vet bench bench-synth bench-trace eval run generate install clean
+.PHONY: all build deps headers test test-short vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
 
 all: build
 
@@ -52,6 +52,38 @@ test: headers
 	# -p 1: engine tests use every core (ggml threads); two test binaries at
 	# once oversubscribe the CPUs and ggml's spinning barriers crawl.
 	$(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# gpu builds llama.cpp's GPU backend from the ggml sources vendored in the
+# Go module with CMake (tools/gpu/backend.sh) into bin/backends, where ctxd
+# and ctxctl load it at start: GPU=vulkan (any vendor; needs cmake, glslc
+# and the Vulkan headers: .ci/setup installs them) or GPU=cuda (nvcc).
+# The patched source copy and the CMake build are kept in CTXD_GPU_CACHE.
+GPU         ?= vulkan
+BACKEND_DIR ?= $(CURDIR)/bin/backends
+gpu:
+	GGML_MODULE_DIR=$(OLLAMA_DIR) tools/gpu/backend.sh $(GPU) $(BACKEND_DIR)
+
+# test-gpu runs the essential engine and sidecar tests again with every
+# layer on the backend's device; they fail when the layers are not there.
+GPU_TESTS ?= TestFacts|TestGreedyStory|TestChunkedEqualsWhole|TestExtractInsertBitwise|TestSaveLoadSeq|TestCopyRange|TestCancelLeavesNothing|TestDeviceMatchesCPU|TestReusedCellsLeakNothing|TestRepeatedTurnsAreExact|TestWarmEqualsCold|TestHotSetStreamsBeyondTheWindow|TestSnapshotRestoreAfterRestartIsBitExactDense|TestHotSetSnapshotRestoreIsBitExact|TestCancelDecodeWithinAToken
+test-gpu: headers gpu
+	CTXD_BACKEND=$(GPU) CTXD_BACKEND_DIR=$(BACKEND_DIR) $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) -run '^($(GPU_TESTS))$$' ./engine/llama/ ./sidecar/
+
+# h200-pack prepares what tools/gpu/h200.sh needs on a machine without Go
+# or network (README "GPU"): ctxctl, the engine and sidecar test binaries,
+# the vendored ggml sources, the test models and traces, in .build/h200 and
+# packed as .build/h200.tgz (the one path to carry: under 64 MiB).
+H200_DIR := $(CURDIR)/.build/h200
+h200-pack: headers
+	rm -rf $(H200_DIR) && mkdir -p $(H200_DIR)/bin $(H200_DIR)/src/ml/backend/ggml $(H200_DIR)/models
+	$(GO) build -ldflags='-s -w' -o $(H200_DIR)/bin/ ./cmd/ctxctl
+	$(GO) test -c -ldflags='-s -w' -o $(H200_DIR)/bin/llama.test ./engine/llama
+	$(GO) test -c -ldflags='-s -w' -o $(H200_DIR)/bin/sidecar.test ./sidecar
+	cp $(OLLAMA_DIR)/CMakeLists.txt $(OLLAMA_DIR)/CMakePresets.json $(H200_DIR)/src/
+	cp -r $(OLLAMA_DIR)/ml/backend/ggml/ggml $(H200_DIR)/src/ml/backend/ggml/ && chmod -R u+w $(H200_DIR)/src
+	cp $(MODEL) $(NEEDLE_MODEL) $(H200_DIR)/models/ && cp -r $(TRACES) $(H200_DIR)/traces
+	tar -C $(dir $(H200_DIR)) -czf $(H200_DIR).tgz h200
+	ls -la $(H200_DIR).tgz
 
 test-short: headers
 	$(GO) test -short -count=1 ./...

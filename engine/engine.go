@@ -41,6 +41,9 @@ type Facts struct {
 	BOS            Token
 	AddBOS         bool
 	CanShift       bool // positions can be moved (RoPE models)
+	Embd           int
+	Heads          int
+	Placement      Placement // where the weights went
 }
 
 // KVBytesPerToken is the KV cache cost of one token at kv.
@@ -54,8 +57,10 @@ type ContextOptions struct {
 	BatchTokens    int           // largest batch per decode step; 0 = 512
 	KVType         policy.KVType // f16 or q8_0 (q8_0 needs flash attention)
 	FlashAttention bool
-	Threads        int // prefill batches; 0 = all CPUs
-	DecodeThreads  int // single-token steps; 0 = Threads
+	// Threads and DecodeThreads are ceilings: each call runs with fewer
+	// when other processes hold cores (policy.ComputeThreads).
+	Threads       int // prefill batches; 0 = all CPUs
+	DecodeThreads int // single-token steps; 0 = Threads
 }
 
 // Model is a loaded model file.
@@ -117,7 +122,17 @@ type Context interface {
 	// LoadSeq replaces sequence 0 with s.
 	LoadSeq(s SeqState) error
 	Clear()
+	// Memory reports where the context's KV and compute buffers live.
+	Memory() ContextMemory
 	Close() error
+}
+
+// ContextMemory is what a context allocated, by place.
+type ContextMemory struct {
+	DeviceKVBytes      int64
+	HostKVBytes        int64
+	DeviceComputeBytes int64
+	HostComputeBytes   int64
 }
 
 // SamplingParams selects greedy (Temperature == 0) or seeded sampling.

@@ -124,6 +124,9 @@ type CompatKey struct {
 	FlashAttention bool
 	ContextTokens  int64
 	FormatVersion  int // version of ctxd's KV state format
+	// Backend names the GPU backend and layer split that computed the KV
+	// ("" on the CPU: such keys equal those made before the field existed).
+	Backend string
 }
 
 // Digest returns the SHA-256 of a canonical, length-prefixed encoding of all
@@ -136,6 +139,9 @@ func (k CompatKey) Digest() [32]byte {
 	e.bool(k.FlashAttention)
 	e.int(k.ContextTokens)
 	e.int(int64(k.FormatVersion))
+	if k.Backend != "" {
+		e.str(k.Backend)
+	}
 	return e.sum()
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -75,7 +76,7 @@ func (srv *Server) coldCompat() coldstore.Compat {
 	return coldstore.Compat{
 		ModelDigest: srv.slot.facts.Digest, KVType: srv.cfg.KVType.String(),
 		FlashAttention: srv.cfg.FlashAttention, Unified: true,
-		Settings: fmt.Sprintf("format=%d envelope=1", formatVersion),
+		Settings: strings.TrimSpace(fmt.Sprintf("format=%d envelope=1 %s", formatVersion, backendSettings(srv.slot.facts.Placement))),
 	}
 }
 

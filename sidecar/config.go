@@ -21,9 +21,17 @@ type Config struct {
 	KVType         policy.KVType // f16 default
 	FlashAttention bool
 	BatchTokens    int    // prefill batch; 0 = DefaultConfig's
-	Threads        int    // 0 = all CPUs
+	Threads        int    // ceiling of CPU threads; 0 = all CPUs
 	AllowUIDs      []int  // peers allowed besides the server's own uid
 	MaxFrame       uint32 // 0 = protocol.DefaultMaxFrame
+	// Where the model runs. BackendDir holds GPU backend libraries
+	// (libggml-vulkan.so, libggml-cuda.so; "" = none loaded here); Device
+	// picks among their devices (policy.ChooseDevice: "" = the GPU with
+	// the most free memory, "cpu" = none); GPULayers is how many
+	// transformer blocks go there (0 = every one that fits).
+	BackendDir string
+	Device     string
+	GPULayers  int
 	// HandshakeTimeout bounds the wait for a new connection's hello;
 	// MaxConns caps the connections served at once (more are refused with
 	// RESOURCE_EXHAUSTED on stream 0). 0 = DefaultConfig's.
@@ -127,6 +135,9 @@ func (c *Config) fill() error {
 	}
 	if !c.KVType.Valid() {
 		return fmt.Errorf("%w: KV type %v", ErrConfig, c.KVType)
+	}
+	if c.GPULayers < 0 {
+		return fmt.Errorf("%w: --gpu-layers %d", ErrConfig, c.GPULayers)
 	}
 	return nil
 }

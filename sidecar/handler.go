@@ -144,7 +144,7 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 	r.Sessions = int32(len(srv.sessions))
 	srv.mu.Unlock()
 	v := srv.slot.view.Load()
-	r.Model, r.Capacity = v.model, v.capacity
+	r.Model, r.Capacity, r.Device = v.model, v.capacity, v.device
 	return r, ctx.Err()
 }
 
@@ -194,7 +194,7 @@ func (srv *Server) loadModel(ctx context.Context, r *pb.LoadModelRequest) (*pb.L
 // loadLocked loads a model; the caller holds the slot token.
 func (srv *Server) loadLocked(ctx context.Context, path string, ctxTokens int) error {
 	warn, err := srv.slot.load(ctx, loadOptions{
-		cfg: &srv.cfg, dataDir: srv.cfg.DataDir, log: srv.log.Warn,
+		cfg: &srv.cfg, dataDir: srv.cfg.DataDir, log: srv.log.Warn, info: srv.log.Info,
 		path: path, contextTokens: ctxTokens, kvType: srv.cfg.KVType,
 		flashAttention: srv.cfg.FlashAttention, batchTokens: srv.cfg.BatchTokens, threads: srv.cfg.Threads,
 	})

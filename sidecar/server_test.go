@@ -46,9 +46,18 @@ func startServer(t *testing.T, cfg Config) *testServer {
 		cfg.DataDir = filepath.Join(dir, "data")
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	backend, backendDir := testmodel.Backend(t)
+	if backend != "" && cfg.Device == "" {
+		cfg.BackendDir, cfg.Device = backendDir, backend
+	}
 	srv, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if p := srv.slot.facts.Placement; backend != "" && srv.slot.model != nil &&
+		(p.GPULayers != srv.slot.facts.Layers || !p.OutputOnGPU || srv.slot.ectx.Memory().DeviceKVBytes == 0) {
+		srv.Close()
+		t.Fatalf("CTXD_BACKEND=%s: model not offloaded: placement %+v, context memory %+v (%s)", backend, p, srv.slot.ectx.Memory(), srv.slot.deviceReason)
 	}
 	ln, err := srv.Listen()
 	if err != nil {

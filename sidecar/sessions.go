@@ -74,7 +74,7 @@ func (srv *Server) compatKey(template string) string {
 	return policy.CompatKey{
 		ModelDigest: srv.slot.facts.Digest, Template: template, KVType: srv.cfg.KVType,
 		FlashAttention: srv.cfg.FlashAttention, ContextTokens: int64(srv.slot.contextTokens()),
-		FormatVersion: formatVersion,
+		FormatVersion: formatVersion, Backend: backendSettings(srv.slot.facts.Placement),
 	}.String()
 }
 

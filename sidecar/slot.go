@@ -41,6 +41,7 @@ type slot struct {
 	coldBytes       int64         // the SSD tier's quota (0: off); counts toward sessionTokens
 	orphans         []*orphanTape // parked blocks without a session, oldest first
 	arenaMaxSession uint64        // largest session id found in a re-attached arena
+	deviceReason    string        // why the model runs where it does (Status)
 }
 
 func newSlot(log *slog.Logger) *slot {
@@ -59,6 +60,7 @@ type loadOptions struct {
 	cfg            *Config
 	dataDir        string
 	log            func(msg string, args ...any)
+	info           func(msg string, args ...any)
 	path           string
 	contextTokens  int
 	kvType         policy.KVType
@@ -76,7 +78,11 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("%w: loading %s: %w", protocol.ErrCancelled, o.path, err)
 	}
-	m, err := llama.Load(o.path)
+	plan, err := planDevice(o.cfg, o.path, o.contextTokens, o.kvType)
+	if err != nil {
+		return "", err
+	}
+	m, err := llama.LoadWith(o.path, plan.modelOptions())
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("%w: model file %s", protocol.ErrNotFound, o.path)
@@ -84,12 +90,21 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		return "", fmt.Errorf("%w: %w", protocol.ErrBadModel, err)
 	}
 	facts := m.Facts()
+	pl := facts.Placement
+	if plan.device.Name != "" && pl.Device.Name == "" {
+		plan.reason = fmt.Sprintf("%s took no weights (llama.cpp reported no buffer on it): every layer on the CPU", plan.device.Name)
+	}
+	if o.info != nil {
+		o.info("model placement", "device", pl.Device.Name, "backend", pl.Device.Backend, "description", pl.Device.Description,
+			"gpu_layers", pl.GPULayers, "layers", facts.Layers, "output_on_device", pl.OutputOnGPU,
+			"device_weights", pl.DeviceWeightsBytes, "host_weights", pl.HostWeightsBytes, "reason", plan.reason)
+	}
 	usable, err := hostAvailableBytes()
 	if err != nil {
 		m.Close()
 		return "", fmt.Errorf("%w: measuring host memory: %w", protocol.ErrInternal, err)
 	}
-	capa, err := policy.PlanCapacity(policy.CapacityInput{
+	capIn := policy.CapacityInput{
 		Facts: policy.ModelFacts{
 			Layers: facts.Layers, KVHeads: facts.KVHeads, HeadDim: facts.HeadDim,
 			TrainedContext: facts.TrainedContext,
@@ -102,7 +117,17 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		MemoryKind:      policy.MemoryHost,
 		ModelMaxTokens:  facts.TrainedContext,
 		RequestedTokens: o.contextTokens,
-	})
+	}
+	if pl.OutputOnGPU && pl.GPULayers == facts.Layers {
+		// Every layer's KV lives on the device: its free memory (as
+		// measured before the load) bounds the context, after the weights
+		// placed there and the compute buffers planned.
+		capIn.Facts.WeightsBytes = pl.DeviceWeightsBytes
+		capIn.UsableBytes = pl.Device.FreeBytes
+		capIn.MemoryKind = policy.MemoryDevice
+		capIn.OverheadBytes = max(plan.offload.ComputeBytes+plan.offload.MarginBytes, 1)
+	}
+	capa, err := policy.PlanCapacity(capIn)
 	if err != nil {
 		m.Close()
 		return "", fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
@@ -164,7 +189,8 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 			arenaBytes = usable / 4
 		}
 		compat := policy.CompatKey{ModelDigest: facts.Digest, Template: "blocks", KVType: o.kvType,
-			FlashAttention: o.flashAttention, ContextTokens: int64(cells), FormatVersion: formatVersion}.String()
+			FlashAttention: o.flashAttention, ContextTokens: int64(cells), FormatVersion: formatVersion,
+			Backend: backendSettings(facts.Placement)}.String()
 		a, rep, err := shm.Open(filepath.Join(o.dataDir, "shm"), shm.Options{BudgetBytes: arenaBytes, Compat: compat})
 		if err != nil {
 			ectx.Close()
@@ -189,6 +215,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	s.model, s.ectx, s.facts, s.capacity = m, ectx, facts, capa
 	s.hot, s.arena, s.arenaBytes, s.kv = hc, arena, arenaBytes, o.kvType
 	s.fig = fig
+	s.deviceReason = plan.reason
 	s.orphans, s.nextBlock, s.arenaMaxSession = orphans, max(s.nextBlock, maxID), maxSession
 	return capa.Warning, nil
 }

@@ -467,9 +467,9 @@ func (srv *Server) loadSnap(ctx context.Context, name string) (coldstore.Snapsho
 		return snap, meta, protocol.ErrNoModel
 	}
 	if want := srv.coldCompat(); snap.Compat != want {
-		return snap, meta, fmt.Errorf("%w: snapshot %s was saved for model %.12s with KV %s (flash attention %v); loaded: model %.12s, KV %s (flash attention %v)",
-			protocol.ErrIncompatible, name, snap.Compat.ModelDigest, snap.Compat.KVType, snap.Compat.FlashAttention,
-			want.ModelDigest, want.KVType, want.FlashAttention)
+		return snap, meta, fmt.Errorf("%w: snapshot %s was saved for model %.12s with KV %s (flash attention %v, %s); loaded: model %.12s, KV %s (flash attention %v, %s)",
+			protocol.ErrIncompatible, name, snap.Compat.ModelDigest, snap.Compat.KVType, snap.Compat.FlashAttention, snap.Compat.Settings,
+			want.ModelDigest, want.KVType, want.FlashAttention, want.Settings)
 	}
 	return snap, meta, nil
 }

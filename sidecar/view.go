@@ -17,6 +17,7 @@ import (
 type slotView struct {
 	model    *pb.ModelInfo // nil: no model loaded
 	capacity *pb.Capacity
+	device   *pb.DeviceInfo // where the model runs (Status)
 	compat   coldstore.Compat // the SSD tier's key for this model
 }
 
@@ -25,7 +26,7 @@ type slotView struct {
 func (srv *Server) publishSlot() {
 	v := &slotView{}
 	if srv.slot.model != nil {
-		v.model, v.capacity, v.compat = srv.modelInfo(), srv.capacityReply(), srv.coldCompat()
+		v.model, v.capacity, v.device, v.compat = srv.modelInfo(), srv.capacityReply(), srv.deviceInfo(), srv.coldCompat()
 	}
 	srv.slot.view.Store(v)
 }

@@ -37,8 +37,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return benchTrace(ctx, e, args[1:])
 	case "fair":
 		return benchFair(ctx, e, args[1:])
+	case "speed":
+		return benchSpeed(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair)", args[0])}
+	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed)", args[0])}
 }
 
 func defaultModel() string {

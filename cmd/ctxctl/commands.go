@@ -39,6 +39,19 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(w, "memory\t%s: %.1f GiB usable, weights %.1f MiB, overhead %.1f MiB\n", cp.GetMemoryKind(),
 			float64(cp.GetUsableBytes())/(1<<30), float64(cp.GetWeightsBytes())/(1<<20), float64(cp.GetOverheadBytes())/(1<<20))
 	}
+	if d := st.GetDevice(); d != nil {
+		if d.GetName() == "" {
+			fmt.Fprintf(w, "device\tCPU: all %d layers and the KV in host memory (%s)\n", d.GetLayers(), d.GetReason())
+		} else {
+			fmt.Fprintf(w, "device\t%s (%s, %s): %d of %d layers, output head %v; %.1f of %.1f GiB free at load\n",
+				d.GetName(), d.GetBackend(), d.GetDescription(), d.GetGpuLayers(), d.GetLayers(), d.GetOutputOnDevice(),
+				float64(d.GetFreeBytes())/(1<<30), float64(d.GetTotalBytes())/(1<<30))
+			fmt.Fprintf(w, "  device memory\tweights %.1f MiB, KV %.1f MiB, compute %.1f MiB; host: weights %.1f MiB, KV %.1f MiB\n",
+				mib(d.GetWeightsBytes()), mib(d.GetKvBytes()), mib(d.GetComputeBytes()), mib(d.GetHostWeightsBytes()), mib(d.GetHostKvBytes()))
+			fmt.Fprintf(w, "  placement\t%s\n", d.GetReason())
+		}
+		fmt.Fprintf(w, "  cpu threads\t%d in the last decode call\n", d.GetThreads())
+	}
 	if cp := st.GetCapacity(); cp.GetHotTokens() > 0 {
 		fmt.Fprintf(w, "hot set\t%d tokens below window %d; arena %.1f MiB = %d tokens; sessions up to %d tokens\n",
 			cp.GetHotTokens(), cp.GetWindowTokens(), float64(cp.GetArenaBytes())/(1<<20), cp.GetArenaTokens(), cp.GetSessionTokens())

@@ -11,7 +11,7 @@ import (
 // privateClient starts a private daemon with cfg and connects to it; done
 // closes both.
 func privateClient(ctx context.Context, cfg sidecar.Config) (c *client.Client, done func(), err error) {
-	p, err := sidecar.StartPrivate(cfg)
+	p, err := sidecar.StartPrivate(withDevice(cfg))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -23,7 +23,7 @@ func privateClient(ctx context.Context, cfg sidecar.Config) (c *client.Client, d
 }
 
 func startPrivate(model string, ctxTokens int) (*sidecar.Private, error) {
-	return sidecar.StartPrivate(sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxctl-private", NoCold: true})
+	return sidecar.StartPrivate(withDevice(sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxctl-private", NoCold: true}))
 }
 
 // connect dials --socket, or starts a private daemon when model is set.

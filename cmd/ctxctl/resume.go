@@ -68,6 +68,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	defer os.RemoveAll(dir)
 	cfg := sidecar.Config{ModelPath: *model, DataDir: filepath.Join(dir, "data"), SocketPath: filepath.Join(dir, "a.sock"),
 		KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, IdleSnapshot: -1, Version: "ctxctl-bench"}
+	cfg = withDevice(cfg)
 	p, err := sidecar.StartPrivate(cfg)
 	if err != nil {
 		return err

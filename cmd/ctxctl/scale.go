@@ -50,7 +50,14 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := sidecar.Config{ModelPath: *model, ContextTokens: *window, HotTokens: *window, Window: *window, ArenaBytes: int64(*tokens+8192) * 2048, NoCold: true}
+	// The arena holds the whole session: 2 KiB a token was stories260K's
+	// size with room to spare; a bigger model needs its own KV size.
+	perToken := int64(2048)
+	if l, err := llama.ReadLayout(*model); err == nil {
+		kv := policy.KVBytesPerToken(l.Layers, l.KVHeads, l.HeadDim, policy.KVTypeF16)
+		perToken = max(perToken, kv+kv/8)
+	}
+	cfg := sidecar.Config{ModelPath: *model, ContextTokens: *window, HotTokens: *window, Window: *window, ArenaBytes: int64(*tokens+8192) * perToken, NoCold: true}
 	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return err

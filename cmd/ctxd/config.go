@@ -79,6 +79,7 @@ func newConfig() *config {
 	c := &config{logLevel: slog.LevelInfo, logFormat: logAuto}
 	c.server = sidecar.DefaultConfig()
 	sc := &c.server
+	sc.BackendDir = defaultBackendDir()
 	c.settings = []*setting{
 		bind("model", "GGUF model to load at start (optional: clients may load one)", &sc.ModelPath, pathCodec, nil),
 		bind("ctx", "KV context in tokens (0: derived from free memory and the model's maximum; may exceed the trained context, with a warning)", &sc.ContextTokens, intCodec, nonNegative),
@@ -87,9 +88,12 @@ func newConfig() *config {
 		bind("kv-type", "KV cache type: f16, q8_0 or f32 (q8_0 needs flash-attn)", &sc.KVType, kvTypeCodec, nil),
 		bind("flash-attn", "use flash attention", &sc.FlashAttention, boolCodec, nil),
 		bind("batch", "prefill batch size in tokens", &sc.BatchTokens, intCodec, positive),
-		bind("threads", "CPU threads (0: all)", &sc.Threads, intCodec, nonNegative),
+		bind("threads", "most CPU threads (0: all); each decode runs with fewer while other processes hold cores", &sc.Threads, intCodec, nonNegative),
 		bind("max-conns", "connections served at once; more are refused", &sc.MaxConns, intCodec, positive),
 		bind("handshake-timeout", "how long a new connection may take to send its hello", &sc.HandshakeTimeout, durationCodec, positiveDuration),
+		bind("backend-dir", "folder of GPU backend libraries (make gpu GPU=vulkan|cuda puts them in bin/backends; empty: none, CPU only)", &sc.BackendDir, pathCodec, nil),
+		bind("device", "device to offload to: a name (Vulkan0, CUDA0), a backend (vulkan, cuda), cpu, or empty for the GPU with the most free memory", &sc.Device, stringCodec, nil),
+		bind("gpu-layers", "transformer blocks on the device (0: every one that fits its free memory with the weights, compute buffers and hot-set KV)", &sc.GPULayers, intCodec, nonNegative),
 		bind("allow-uids", "uids allowed besides our own (comma-separated; an array in the file)", &sc.AllowUIDs, uidsCodec, nil),
 		bind("hot", "hot-set budget in tokens: sessions grow beyond it, parked in host RAM (0: dense, sessions limited to ctx)", &sc.HotTokens, intCodec, nonNegative),
 		bind("window", "with hot: positions stay below this (0: the model's trained context)", &sc.Window, intCodec, nonNegative),
@@ -119,6 +123,17 @@ func (c *config) setting(key string) *setting {
 		}
 	}
 	return nil
+}
+
+// defaultBackendDir is the backends folder beside the ctxd binary, where
+// make gpu puts the GPU backend libraries; "" when the binary's path is
+// unknown.
+func defaultBackendDir() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(filepath.Dir(exe), "backends")
 }
 
 // defaultConfigPath is $XDG_CONFIG_HOME/ctxd/ctxd.toml, else

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/ctxd/ctxd/engine/llama"
 )
@@ -66,5 +67,30 @@ func run(args []string) int {
 	}
 	sc := cfg.serverConfig()
 	sc.Logger, sc.Version = log, version
+	logBackends(log, sc.BackendDir)
 	return serve(sc, log)
+}
+
+// logBackends loads the GPU backend libraries of dir and says in one line
+// which devices they offer, or why ctxd runs on the CPU.
+func logBackends(log *slog.Logger, dir string) {
+	if dir == "" {
+		log.Info("running on the CPU", "why", "no --backend-dir")
+		return
+	}
+	if err := llama.LoadBackends(dir); err != nil {
+		log.Info("running on the CPU", "why", err.Error())
+		return
+	}
+	var gpus []string
+	for _, d := range llama.Devices() {
+		if d.Offloads() {
+			gpus = append(gpus, fmt.Sprintf("%s (%s, %s, %d MiB free of %d)", d.Name, d.Backend, d.Description, d.FreeBytes>>20, d.TotalBytes>>20))
+		}
+	}
+	if len(gpus) == 0 {
+		log.Info("running on the CPU", "why", "the backend libraries in "+dir+" found no GPU (Mesa's software lavapipe is listed only with GGML_VK_VISIBLE_DEVICES=0)")
+		return
+	}
+	log.Info("GPU backends loaded", "dir", dir, "devices", strings.Join(gpus, "; "))
 }

@@ -58,6 +58,7 @@ func ctxdLlamaLog(level C.int, text *C.char) {
 	if msg == "" {
 		return
 	}
+	noteLogLine(msg)
 	// llama.cpp's warnings are mostly about settings we chose on purpose
 	// (a context smaller than the trained one, missing optional tokens), so
 	// they are debug lines; its errors explain failures we also return typed.

@@ -4,6 +4,16 @@ package llama
 #include <stdlib.h>
 #include <stdint.h>
 #include "llama.h"
+#include "ggml-cpu.h"
+
+// ctxd_threadpool makes ggml's CPU worker threads for a context: poll 0
+// parks idle workers on a condition variable instead of spinning, so
+// between decode calls they take no core from the agent.
+static struct ggml_threadpool *ctxd_threadpool(int n) {
+	struct ggml_threadpool_params p = ggml_threadpool_params_default(n);
+	p.poll = 0;
+	return ggml_threadpool_new(&p);
+}
 
 static bool ctxd_abort_cb(void *data) {
 	return __atomic_load_n((int32_t *)data, __ATOMIC_RELAXED) != 0;
@@ -27,6 +37,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"github.com/ctxd/ctxd/engine"
@@ -49,6 +60,10 @@ type Context struct {
 	logits    []float32
 	hasLogits bool
 	closed    bool
+	pool      *C.struct_ggml_threadpool
+	load      cpuLoad
+	threads   int // ggml threads set for the current call (0: none yet)
+	memory    engine.ContextMemory
 }
 
 // NewContext creates a context with n_seq_max = 2 and a unified KV buffer.
@@ -108,13 +123,23 @@ func (md *Model) newContext(o engine.ContextOptions) (*Context, error) {
 	} else {
 		cp.flash_attn_type = C.LLAMA_FLASH_ATTN_TYPE_DISABLED
 	}
+	// The KV cache and the attention ops go where the layers are.
+	cp.offload_kqv = true
 	abort := (*C.int32_t)(C.calloc(1, 4))
 	C.ctxd_attach_abort(&cp, abort)
-	ctx := C.llama_init_from_model(md.m, cp)
+	var ctx *C.struct_llama_context
+	bufs := captureBuffers(func() { ctx = C.llama_init_from_model(md.m, cp) })
 	if ctx == nil {
 		C.free(unsafe.Pointer(abort))
 		return nil, fmt.Errorf("%w: llama.cpp could not create a %d-token context (out of memory?)", engine.ErrContextFull, o.ContextTokens)
 	}
+	pool := C.ctxd_threadpool(C.int(o.Threads))
+	if pool == nil {
+		C.llama_free(ctx)
+		C.free(unsafe.Pointer(abort))
+		return nil, fmt.Errorf("%w: ggml could not start %d CPU threads", engine.ErrContextFull, o.Threads)
+	}
+	C.llama_attach_threadpool(ctx, pool, pool)
 	c := &Context{
 		model: md,
 		ctx:   ctx,
@@ -123,6 +148,14 @@ func (md *Model) newContext(o engine.ContextOptions) (*Context, error) {
 		abort: abort,
 		opts:  o,
 		nCtx:  int(C.llama_n_ctx(ctx)),
+		pool:  pool,
+	}
+	dev := md.facts.Placement.Device.Name
+	c.memory = engine.ContextMemory{
+		DeviceKVBytes:      bufs.on("KV", dev),
+		HostKVBytes:        bufs.total("KV") - bufs.on("KV", dev),
+		DeviceComputeBytes: bufs.on("compute", dev),
+		HostComputeBytes:   bufs.total("compute") - bufs.on("compute", dev),
 	}
 	c.logits = make([]float32, md.facts.VocabSize)
 	md.mu.Lock()
@@ -180,6 +213,7 @@ func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) e
 	bs := c.opts.BatchTokens
 	for off := 0; off < n; off += bs {
 		end := min(off+bs, n)
+		c.setThreads(end - off)
 		c.batch.n_tokens = C.int32_t(end - off)
 		for i := off; i < end; i++ {
 			out := C.int8_t(0)
@@ -214,6 +248,32 @@ func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) e
 	return nil
 }
 
+// setThreads sizes ggml's CPU threads for a batch of n tokens to the cores
+// free now (policy.ComputeThreads): a single token uses at most
+// DecodeThreads, a batch at most Threads.
+func (c *Context) setThreads(n int) {
+	limit := c.opts.Threads
+	if n == 1 {
+		limit = c.opts.DecodeThreads
+	}
+	p := c.model.facts.Placement
+	t := policy.ComputeThreads(policy.ComputeThreadsInput{
+		CPUs: runtime.NumCPU(), Max: limit, Competitors: c.load.sample(time.Now()),
+		Offloaded: p.OutputOnGPU && p.GPULayers == c.model.facts.Layers,
+	})
+	if t != c.threads {
+		C.llama_set_n_threads(c.ctx, C.int32_t(t), C.int32_t(t))
+		c.threads = t
+	}
+}
+
+// Threads is the number of CPU threads the last decode call ran with.
+func (c *Context) Threads() int { return c.threads }
+
+// Memory reports the KV and compute buffers llama.cpp allocated for the
+// context, on the model's device and in host memory.
+func (c *Context) Memory() engine.ContextMemory { return c.memory }
+
 // maxPos bounds positions well inside llama_pos (int32).
 const maxPos = 1 << 30
 
@@ -243,6 +303,7 @@ func (c *Context) Close() error {
 	c.closed = true
 	C.llama_batch_free(c.batch)
 	C.llama_free(c.ctx)
+	C.ggml_threadpool_free(c.pool)
 	C.free(unsafe.Pointer(c.abort))
 	c.ctx = nil
 	c.model.mu.Lock()

@@ -13,14 +13,11 @@ import (
 	"github.com/ctxd/ctxd/policy"
 )
 
+// loadStories loads stories260K on the backend the tests run on
+// (testmodel.Backend): the CPU, or every layer on a GPU device.
 func loadStories(t *testing.T) *Model {
 	t.Helper()
-	m, err := Load(testmodel.Stories(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	return m
+	return loadOnTestBackend(t, testmodel.Stories(t))
 }
 
 func newCtx(t *testing.T, m *Model, n int) *Context {
@@ -115,19 +112,26 @@ func TestChunkedEqualsWhole(t *testing.T) {
 	m := loadStories(t)
 	prompt, _ := m.Tokenize(strings.Repeat("The cat sat on the mat and looked at the dog. ", 8), true)
 	a := newCtx(t, m, 512)
-	whole := greedy(t, a, prompt, 0, 16)
-	b := newCtx(t, m, 512)
 	ctx := context.Background()
+	if err := a.Decode(ctx, prompt, 0); err != nil {
+		t.Fatal(err)
+	}
+	b := newCtx(t, m, 512)
 	for off := 0; off < len(prompt); off += 17 {
 		end := min(off+17, len(prompt))
 		if err := b.Decode(ctx, prompt[off:end], off); err != nil {
 			t.Fatal(err)
 		}
 	}
+	d := maxDiff(a.Logits(), b.Logits())
+	whole := continueGreedy(t, a, len(prompt), 16)
 	chunked := continueGreedy(t, b, len(prompt), 16)
 	if !equalTokens(whole, chunked) {
-		t.Fatalf("whole %v != chunked %v", whole, chunked)
+		// On a GPU backend batch shapes pick different kernels: the last
+		// logits differ by 0.0073 on Vulkan over lavapipe (3e-6 on the CPU).
+		t.Fatalf("whole %v != chunked %v (last prompt logits differ by %g)", whole, chunked, d)
 	}
+	t.Logf("whole vs chunked prefill: last logits differ by %g", d)
 }
 
 func equalTokens(a, b []engine.Token) bool {
@@ -204,7 +208,7 @@ func TestExtractInsertBitwise(t *testing.T) {
 		t.Fatal(err)
 	}
 	diff := maxDiff(ref, c.Logits())
-	if diff > 1e-3 {
+	if diff > shiftTolerance(t) {
 		t.Fatalf("logits after move and shift back differ by %g", diff)
 	}
 }
@@ -432,7 +436,7 @@ func TestCopyRange(t *testing.T) {
 	if err := c.Decode(ctx, next, len(prompt)); err != nil {
 		t.Fatal(err)
 	}
-	if d := maxDiff(ref, c.Logits()); d > 1e-3 {
+	if d := maxDiff(ref, c.Logits()); d > shiftTolerance(t) {
 		t.Fatalf("logits after copy differ by %g", d)
 	}
 	if err := c.Copy(0, 5, 2); !errors.Is(err, engine.ErrInvalidArgument) {

@@ -33,10 +33,19 @@ type Model struct {
 
 var ggufMagic = []byte("GGUF")
 
-// Load reads a GGUF file. The file is checked (readable, GGUF magic,
-// a decoder-only attention model) before llama.cpp parses it; failures
-// wrap engine.ErrBadModel or, for a missing file, os.ErrNotExist.
+// Load reads a GGUF file onto the CPU (and into host memory): LoadWith
+// without a device.
 func Load(path string) (*Model, error) {
+	return LoadWith(path, engine.ModelOptions{})
+}
+
+// LoadWith reads a GGUF file, placing o.GPULayers transformer blocks on
+// o.Device (a device of a backend registered by LoadBackends). The file is
+// checked (readable, GGUF magic, a decoder-only attention model) before
+// llama.cpp parses it; failures wrap engine.ErrBadModel or, for a missing
+// file, os.ErrNotExist; an unknown device wraps engine.ErrInvalidArgument.
+// Facts().Placement reports what llama.cpp actually allocated where.
+func LoadWith(path string, o engine.ModelOptions) (*Model, error) {
 	backendInit()
 	digest, err := fileDigest(path)
 	if err != nil {
@@ -45,9 +54,31 @@ func Load(path string) (*Model, error) {
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
 	mp := C.llama_model_default_params()
-	mp.n_gpu_layers = 999
 	mp.use_mmap = true
-	m := C.llama_model_load_from_file(cpath, mp)
+	// devices is a NULL-terminated list: empty keeps every layer on the CPU
+	// even when GPU backends are registered.
+	devs := (*[2]C.ggml_backend_dev_t)(C.calloc(2, C.size_t(unsafe.Sizeof(C.ggml_backend_dev_t(nil)))))
+	defer C.free(unsafe.Pointer(devs))
+	var dev engine.Device
+	if o.Device != "" {
+		d, err := deviceByName(o.Device)
+		if err != nil {
+			return nil, err
+		}
+		devs[0] = d
+		dev = device(d)
+		mp.split_mode = C.LLAMA_SPLIT_MODE_NONE
+		mp.main_gpu = 0
+		mp.n_gpu_layers = C.int32_t(o.GPULayers)
+		if o.GPULayers < 0 {
+			mp.n_gpu_layers = 1 << 20
+		}
+	} else {
+		mp.n_gpu_layers = 0
+	}
+	mp.devices = &devs[0]
+	var m *C.struct_llama_model
+	bufs := captureBuffers(func() { m = C.llama_model_load_from_file(cpath, mp) })
 	if m == nil {
 		return nil, fmt.Errorf("%w: llama.cpp could not load %s (corrupt, truncated or unsupported; see the log)", engine.ErrBadModel, path)
 	}
@@ -68,6 +99,8 @@ func Load(path string) (*Model, error) {
 	var desc [256]C.char
 	C.llama_model_desc(m, &desc[0], C.size_t(len(desc)))
 	md.facts = engine.Facts{
+		Embd:           nEmbd,
+		Heads:          nHead,
 		Path:           path,
 		Digest:         digest,
 		Description:    C.GoString(&desc[0]),
@@ -94,6 +127,7 @@ func Load(path string) (*Model, error) {
 		}
 	}
 	md.facts.CanShift = md.probeShift()
+	md.facts.Placement = placement(dev, int(mp.n_gpu_layers), md.facts.Layers, bufs)
 	return md, nil
 }
 
@@ -243,3 +277,21 @@ func (md *Model) Close() error {
 }
 
 var _ engine.Model = (*Model)(nil)
+
+// placement reads where llama.cpp put the weights from the buffers it
+// reported: bytes in the device's own buffer are on the device.
+func placement(dev engine.Device, gpuLayers, layers int, b buffers) engine.Placement {
+	p := engine.Placement{HostWeightsBytes: b.total("model")}
+	if dev.Name == "" {
+		return p
+	}
+	p.DeviceWeightsBytes = b.on("model", dev.Name)
+	p.HostWeightsBytes -= p.DeviceWeightsBytes
+	if p.DeviceWeightsBytes == 0 {
+		return p // the device took nothing: the layers run on the CPU
+	}
+	p.Device = dev
+	p.GPULayers = min(gpuLayers, layers)
+	p.OutputOnGPU = gpuLayers > layers
+	return p
+}

@@ -61,3 +61,24 @@ func RepoRoot() (string, error) {
 		dir = parent
 	}
 }
+
+// Backend is the GPU backend the engine tests run on, from CTXD_BACKEND
+// (e.g. "vulkan", "cuda"; "" = the CPU), and the folder holding its
+// library: CTXD_BACKEND_DIR, else bin/backends of the checkout. Tests that
+// load a model offload every layer to the backend's first device and fail
+// when the layers did not land there.
+func Backend(t testing.TB) (name, dir string) {
+	t.Helper()
+	name = os.Getenv("CTXD_BACKEND")
+	if name == "" || name == "cpu" {
+		return "", ""
+	}
+	if dir = os.Getenv("CTXD_BACKEND_DIR"); dir != "" {
+		return name, dir
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name, filepath.Join(root, "bin", "backends")
+}

@@ -1695,7 +1695,8 @@ type StatusReply struct {
 	KvType         string                 `protobuf:"bytes,6,opt,name=kv_type,json=kvType,proto3" json:"kv_type,omitempty"`
 	FlashAttention bool                   `protobuf:"varint,7,opt,name=flash_attention,json=flashAttention,proto3" json:"flash_attention,omitempty"`
 	SystemInfo     string                 `protobuf:"bytes,8,opt,name=system_info,json=systemInfo,proto3" json:"system_info,omitempty"`
-	Cold           *ColdStatus            `protobuf:"bytes,9,opt,name=cold,proto3" json:"cold,omitempty"` // the SSD tier
+	Cold           *ColdStatus            `protobuf:"bytes,9,opt,name=cold,proto3" json:"cold,omitempty"`      // the SSD tier
+	Device         *DeviceInfo            `protobuf:"bytes,20,opt,name=device,proto3" json:"device,omitempty"` // where the model runs; unset when no model is loaded
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1793,6 +1794,171 @@ func (x *StatusReply) GetCold() *ColdStatus {
 	return nil
 }
 
+func (x *StatusReply) GetDevice() *DeviceInfo {
+	if x != nil {
+		return x.Device
+	}
+	return nil
+}
+
+// DeviceInfo says where the loaded model's layers, KV cache and compute
+// buffers live. On a CPU-only run name is empty and reason says why.
+type DeviceInfo struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                                // the device, e.g. "Vulkan0", "CUDA0"; "" = the CPU
+	Description      string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`                  // the driver's name for it, e.g. "NVIDIA H200"
+	Backend          string                 `protobuf:"bytes,3,opt,name=backend,proto3" json:"backend,omitempty"`                          // "Vulkan", "CUDA"
+	TotalBytes       int64                  `protobuf:"varint,4,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"` // device memory
+	FreeBytes        int64                  `protobuf:"varint,5,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`    // free when the model was loaded
+	GpuLayers        int32                  `protobuf:"varint,6,opt,name=gpu_layers,json=gpuLayers,proto3" json:"gpu_layers,omitempty"`    // transformer blocks on the device
+	Layers           int32                  `protobuf:"varint,7,opt,name=layers,proto3" json:"layers,omitempty"`                           // of the model's
+	OutputOnDevice   bool                   `protobuf:"varint,8,opt,name=output_on_device,json=outputOnDevice,proto3" json:"output_on_device,omitempty"`
+	WeightsBytes     int64                  `protobuf:"varint,9,opt,name=weights_bytes,json=weightsBytes,proto3" json:"weights_bytes,omitempty"`  // weights on the device (llama.cpp's buffers)
+	KvBytes          int64                  `protobuf:"varint,10,opt,name=kv_bytes,json=kvBytes,proto3" json:"kv_bytes,omitempty"`                // KV cache on the device
+	ComputeBytes     int64                  `protobuf:"varint,11,opt,name=compute_bytes,json=computeBytes,proto3" json:"compute_bytes,omitempty"` // compute buffers on the device
+	HostWeightsBytes int64                  `protobuf:"varint,12,opt,name=host_weights_bytes,json=hostWeightsBytes,proto3" json:"host_weights_bytes,omitempty"`
+	HostKvBytes      int64                  `protobuf:"varint,13,opt,name=host_kv_bytes,json=hostKvBytes,proto3" json:"host_kv_bytes,omitempty"`
+	Reason           string                 `protobuf:"bytes,14,opt,name=reason,proto3" json:"reason,omitempty"`    // why this device and this many layers
+	Threads          int32                  `protobuf:"varint,15,opt,name=threads,proto3" json:"threads,omitempty"` // CPU threads of the last decode call
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DeviceInfo) Reset() {
+	*x = DeviceInfo{}
+	mi := &file_ctxd_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeviceInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeviceInfo) ProtoMessage() {}
+
+func (x *DeviceInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeviceInfo.ProtoReflect.Descriptor instead.
+func (*DeviceInfo) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DeviceInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeviceInfo) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *DeviceInfo) GetBackend() string {
+	if x != nil {
+		return x.Backend
+	}
+	return ""
+}
+
+func (x *DeviceInfo) GetTotalBytes() int64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetFreeBytes() int64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetGpuLayers() int32 {
+	if x != nil {
+		return x.GpuLayers
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetLayers() int32 {
+	if x != nil {
+		return x.Layers
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetOutputOnDevice() bool {
+	if x != nil {
+		return x.OutputOnDevice
+	}
+	return false
+}
+
+func (x *DeviceInfo) GetWeightsBytes() int64 {
+	if x != nil {
+		return x.WeightsBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetKvBytes() int64 {
+	if x != nil {
+		return x.KvBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetComputeBytes() int64 {
+	if x != nil {
+		return x.ComputeBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetHostWeightsBytes() int64 {
+	if x != nil {
+		return x.HostWeightsBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetHostKvBytes() int64 {
+	if x != nil {
+		return x.HostKvBytes
+	}
+	return 0
+}
+
+func (x *DeviceInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeviceInfo) GetThreads() int32 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
 type LoadModelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -1803,7 +1969,7 @@ type LoadModelRequest struct {
 
 func (x *LoadModelRequest) Reset() {
 	*x = LoadModelRequest{}
-	mi := &file_ctxd_proto_msgTypes[13]
+	mi := &file_ctxd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1981,7 @@ func (x *LoadModelRequest) String() string {
 func (*LoadModelRequest) ProtoMessage() {}
 
 func (x *LoadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[13]
+	mi := &file_ctxd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1994,7 @@ func (x *LoadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelRequest.ProtoReflect.Descriptor instead.
 func (*LoadModelRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{13}
+	return file_ctxd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LoadModelRequest) GetPath() string {
@@ -1855,7 +2021,7 @@ type LoadModelReply struct {
 
 func (x *LoadModelReply) Reset() {
 	*x = LoadModelReply{}
-	mi := &file_ctxd_proto_msgTypes[14]
+	mi := &file_ctxd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +2033,7 @@ func (x *LoadModelReply) String() string {
 func (*LoadModelReply) ProtoMessage() {}
 
 func (x *LoadModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[14]
+	mi := &file_ctxd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +2046,7 @@ func (x *LoadModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LoadModelReply.ProtoReflect.Descriptor instead.
 func (*LoadModelReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{14}
+	return file_ctxd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LoadModelReply) GetModel() *ModelInfo {
@@ -1905,7 +2071,7 @@ type UnloadModelRequest struct {
 
 func (x *UnloadModelRequest) Reset() {
 	*x = UnloadModelRequest{}
-	mi := &file_ctxd_proto_msgTypes[15]
+	mi := &file_ctxd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2083,7 @@ func (x *UnloadModelRequest) String() string {
 func (*UnloadModelRequest) ProtoMessage() {}
 
 func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[15]
+	mi := &file_ctxd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2096,7 @@ func (x *UnloadModelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelRequest.ProtoReflect.Descriptor instead.
 func (*UnloadModelRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{15}
+	return file_ctxd_proto_rawDescGZIP(), []int{16}
 }
 
 type UnloadModelReply struct {
@@ -1941,7 +2107,7 @@ type UnloadModelReply struct {
 
 func (x *UnloadModelReply) Reset() {
 	*x = UnloadModelReply{}
-	mi := &file_ctxd_proto_msgTypes[16]
+	mi := &file_ctxd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2119,7 @@ func (x *UnloadModelReply) String() string {
 func (*UnloadModelReply) ProtoMessage() {}
 
 func (x *UnloadModelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[16]
+	mi := &file_ctxd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2132,7 @@ func (x *UnloadModelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnloadModelReply.ProtoReflect.Descriptor instead.
 func (*UnloadModelReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{16}
+	return file_ctxd_proto_rawDescGZIP(), []int{17}
 }
 
 type Segment struct {
@@ -1988,7 +2154,7 @@ type Segment struct {
 
 func (x *Segment) Reset() {
 	*x = Segment{}
-	mi := &file_ctxd_proto_msgTypes[17]
+	mi := &file_ctxd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2166,7 @@ func (x *Segment) String() string {
 func (*Segment) ProtoMessage() {}
 
 func (x *Segment) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[17]
+	mi := &file_ctxd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2179,7 @@ func (x *Segment) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Segment.ProtoReflect.Descriptor instead.
 func (*Segment) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{17}
+	return file_ctxd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Segment) GetId() string {
@@ -2089,7 +2255,7 @@ type Manifest struct {
 
 func (x *Manifest) Reset() {
 	*x = Manifest{}
-	mi := &file_ctxd_proto_msgTypes[18]
+	mi := &file_ctxd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2267,7 @@ func (x *Manifest) String() string {
 func (*Manifest) ProtoMessage() {}
 
 func (x *Manifest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[18]
+	mi := &file_ctxd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2280,7 @@ func (x *Manifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Manifest.ProtoReflect.Descriptor instead.
 func (*Manifest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{18}
+	return file_ctxd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Manifest) GetSegments() []*Segment {
@@ -2146,7 +2312,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_ctxd_proto_msgTypes[19]
+	mi := &file_ctxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2324,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[19]
+	mi := &file_ctxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2337,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{19}
+	return file_ctxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OpenSessionRequest) GetName() string {
@@ -2207,7 +2373,7 @@ type OpenSessionReply struct {
 
 func (x *OpenSessionReply) Reset() {
 	*x = OpenSessionReply{}
-	mi := &file_ctxd_proto_msgTypes[20]
+	mi := &file_ctxd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2385,7 @@ func (x *OpenSessionReply) String() string {
 func (*OpenSessionReply) ProtoMessage() {}
 
 func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[20]
+	mi := &file_ctxd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,7 +2398,7 @@ func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionReply.ProtoReflect.Descriptor instead.
 func (*OpenSessionReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{20}
+	return file_ctxd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OpenSessionReply) GetSessionId() uint64 {
@@ -2274,7 +2440,7 @@ type EnsurePrefixRequest struct {
 
 func (x *EnsurePrefixRequest) Reset() {
 	*x = EnsurePrefixRequest{}
-	mi := &file_ctxd_proto_msgTypes[21]
+	mi := &file_ctxd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2452,7 @@ func (x *EnsurePrefixRequest) String() string {
 func (*EnsurePrefixRequest) ProtoMessage() {}
 
 func (x *EnsurePrefixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[21]
+	mi := &file_ctxd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2465,7 @@ func (x *EnsurePrefixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsurePrefixRequest.ProtoReflect.Descriptor instead.
 func (*EnsurePrefixRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{21}
+	return file_ctxd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EnsurePrefixRequest) GetSessionId() uint64 {
@@ -2336,7 +2502,7 @@ type ProgressEvent struct {
 
 func (x *ProgressEvent) Reset() {
 	*x = ProgressEvent{}
-	mi := &file_ctxd_proto_msgTypes[22]
+	mi := &file_ctxd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2348,7 +2514,7 @@ func (x *ProgressEvent) String() string {
 func (*ProgressEvent) ProtoMessage() {}
 
 func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[22]
+	mi := &file_ctxd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2361,7 +2527,7 @@ func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressEvent.ProtoReflect.Descriptor instead.
 func (*ProgressEvent) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{22}
+	return file_ctxd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ProgressEvent) GetPhase() string {
@@ -2398,7 +2564,7 @@ type PrefillSuffixRequest struct {
 
 func (x *PrefillSuffixRequest) Reset() {
 	*x = PrefillSuffixRequest{}
-	mi := &file_ctxd_proto_msgTypes[23]
+	mi := &file_ctxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2576,7 @@ func (x *PrefillSuffixRequest) String() string {
 func (*PrefillSuffixRequest) ProtoMessage() {}
 
 func (x *PrefillSuffixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[23]
+	mi := &file_ctxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2589,7 @@ func (x *PrefillSuffixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillSuffixRequest.ProtoReflect.Descriptor instead.
 func (*PrefillSuffixRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{23}
+	return file_ctxd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PrefillSuffixRequest) GetSessionId() uint64 {
@@ -2465,7 +2631,7 @@ type PrefixReply struct {
 
 func (x *PrefixReply) Reset() {
 	*x = PrefixReply{}
-	mi := &file_ctxd_proto_msgTypes[24]
+	mi := &file_ctxd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2643,7 @@ func (x *PrefixReply) String() string {
 func (*PrefixReply) ProtoMessage() {}
 
 func (x *PrefixReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[24]
+	mi := &file_ctxd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2656,7 @@ func (x *PrefixReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixReply.ProtoReflect.Descriptor instead.
 func (*PrefixReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{24}
+	return file_ctxd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PrefixReply) GetPromptTokens() int64 {
@@ -2561,7 +2727,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_ctxd_proto_msgTypes[25]
+	mi := &file_ctxd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2739,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[25]
+	mi := &file_ctxd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2752,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{25}
+	return file_ctxd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -2637,7 +2803,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_ctxd_proto_msgTypes[26]
+	mi := &file_ctxd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2815,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[26]
+	mi := &file_ctxd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2828,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{26}
+	return file_ctxd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DecodeRequest) GetSessionId() uint64 {
@@ -2727,7 +2893,7 @@ type TokenEvent struct {
 
 func (x *TokenEvent) Reset() {
 	*x = TokenEvent{}
-	mi := &file_ctxd_proto_msgTypes[27]
+	mi := &file_ctxd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2905,7 @@ func (x *TokenEvent) String() string {
 func (*TokenEvent) ProtoMessage() {}
 
 func (x *TokenEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[27]
+	mi := &file_ctxd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2918,7 @@ func (x *TokenEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenEvent.ProtoReflect.Descriptor instead.
 func (*TokenEvent) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{27}
+	return file_ctxd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TokenEvent) GetToken() int32 {
@@ -2802,7 +2968,7 @@ type DecodeReply struct {
 
 func (x *DecodeReply) Reset() {
 	*x = DecodeReply{}
-	mi := &file_ctxd_proto_msgTypes[28]
+	mi := &file_ctxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2814,7 +2980,7 @@ func (x *DecodeReply) String() string {
 func (*DecodeReply) ProtoMessage() {}
 
 func (x *DecodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[28]
+	mi := &file_ctxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2827,7 +2993,7 @@ func (x *DecodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeReply.ProtoReflect.Descriptor instead.
 func (*DecodeReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{28}
+	return file_ctxd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DecodeReply) GetReason() StopReason {
@@ -2867,7 +3033,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_ctxd_proto_msgTypes[29]
+	mi := &file_ctxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +3045,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[29]
+	mi := &file_ctxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +3058,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{29}
+	return file_ctxd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExplainRequest) GetSessionId() uint64 {
@@ -2917,7 +3083,7 @@ type SegmentResidency struct {
 
 func (x *SegmentResidency) Reset() {
 	*x = SegmentResidency{}
-	mi := &file_ctxd_proto_msgTypes[30]
+	mi := &file_ctxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2929,7 +3095,7 @@ func (x *SegmentResidency) String() string {
 func (*SegmentResidency) ProtoMessage() {}
 
 func (x *SegmentResidency) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[30]
+	mi := &file_ctxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2942,7 +3108,7 @@ func (x *SegmentResidency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentResidency.ProtoReflect.Descriptor instead.
 func (*SegmentResidency) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{30}
+	return file_ctxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SegmentResidency) GetId() string {
@@ -3007,7 +3173,7 @@ type RetrievedBlock struct {
 
 func (x *RetrievedBlock) Reset() {
 	*x = RetrievedBlock{}
-	mi := &file_ctxd_proto_msgTypes[31]
+	mi := &file_ctxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3185,7 @@ func (x *RetrievedBlock) String() string {
 func (*RetrievedBlock) ProtoMessage() {}
 
 func (x *RetrievedBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[31]
+	mi := &file_ctxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3198,7 @@ func (x *RetrievedBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetrievedBlock.ProtoReflect.Descriptor instead.
 func (*RetrievedBlock) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{31}
+	return file_ctxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RetrievedBlock) GetBlockId() uint64 {
@@ -3104,7 +3270,7 @@ type ExplainReply struct {
 
 func (x *ExplainReply) Reset() {
 	*x = ExplainReply{}
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3282,7 @@ func (x *ExplainReply) String() string {
 func (*ExplainReply) ProtoMessage() {}
 
 func (x *ExplainReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3295,7 @@ func (x *ExplainReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainReply.ProtoReflect.Descriptor instead.
 func (*ExplainReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{32}
+	return file_ctxd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExplainReply) GetSessionId() uint64 {
@@ -3303,7 +3469,7 @@ type TokenRange struct {
 
 func (x *TokenRange) Reset() {
 	*x = TokenRange{}
-	mi := &file_ctxd_proto_msgTypes[33]
+	mi := &file_ctxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3481,7 @@ func (x *TokenRange) String() string {
 func (*TokenRange) ProtoMessage() {}
 
 func (x *TokenRange) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[33]
+	mi := &file_ctxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3494,7 @@ func (x *TokenRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRange.ProtoReflect.Descriptor instead.
 func (*TokenRange) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{33}
+	return file_ctxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *TokenRange) GetStart() int64 {
@@ -3370,7 +3536,7 @@ type RestoreReport struct {
 
 func (x *RestoreReport) Reset() {
 	*x = RestoreReport{}
-	mi := &file_ctxd_proto_msgTypes[34]
+	mi := &file_ctxd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3382,7 +3548,7 @@ func (x *RestoreReport) String() string {
 func (*RestoreReport) ProtoMessage() {}
 
 func (x *RestoreReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[34]
+	mi := &file_ctxd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3395,7 +3561,7 @@ func (x *RestoreReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreReport.ProtoReflect.Descriptor instead.
 func (*RestoreReport) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{34}
+	return file_ctxd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RestoreReport) GetSnapshot() string {
@@ -3515,7 +3681,7 @@ type ColdStatus struct {
 
 func (x *ColdStatus) Reset() {
 	*x = ColdStatus{}
-	mi := &file_ctxd_proto_msgTypes[35]
+	mi := &file_ctxd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3693,7 @@ func (x *ColdStatus) String() string {
 func (*ColdStatus) ProtoMessage() {}
 
 func (x *ColdStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[35]
+	mi := &file_ctxd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3706,7 @@ func (x *ColdStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdStatus.ProtoReflect.Descriptor instead.
 func (*ColdStatus) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{35}
+	return file_ctxd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ColdStatus) GetEnabled() bool {
@@ -3633,7 +3799,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_ctxd_proto_msgTypes[36]
+	mi := &file_ctxd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +3811,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[36]
+	mi := &file_ctxd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +3824,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{36}
+	return file_ctxd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SnapshotRequest) GetSessionId() uint64 {
@@ -3691,7 +3857,7 @@ type SnapshotReply struct {
 
 func (x *SnapshotReply) Reset() {
 	*x = SnapshotReply{}
-	mi := &file_ctxd_proto_msgTypes[37]
+	mi := &file_ctxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3703,7 +3869,7 @@ func (x *SnapshotReply) String() string {
 func (*SnapshotReply) ProtoMessage() {}
 
 func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[37]
+	mi := &file_ctxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3716,7 +3882,7 @@ func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotReply.ProtoReflect.Descriptor instead.
 func (*SnapshotReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{37}
+	return file_ctxd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SnapshotReply) GetName() string {
@@ -3787,7 +3953,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_ctxd_proto_msgTypes[38]
+	mi := &file_ctxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +3965,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[38]
+	mi := &file_ctxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +3978,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{38}
+	return file_ctxd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RestoreRequest) GetSessionId() uint64 {
@@ -3845,7 +4011,7 @@ type RestoreReply struct {
 
 func (x *RestoreReply) Reset() {
 	*x = RestoreReply{}
-	mi := &file_ctxd_proto_msgTypes[39]
+	mi := &file_ctxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3857,7 +4023,7 @@ func (x *RestoreReply) String() string {
 func (*RestoreReply) ProtoMessage() {}
 
 func (x *RestoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[39]
+	mi := &file_ctxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3870,7 +4036,7 @@ func (x *RestoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreReply.ProtoReflect.Descriptor instead.
 func (*RestoreReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{39}
+	return file_ctxd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RestoreReply) GetReport() *RestoreReport {
@@ -3888,7 +4054,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_ctxd_proto_msgTypes[40]
+	mi := &file_ctxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3900,7 +4066,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[40]
+	mi := &file_ctxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3913,7 +4079,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{40}
+	return file_ctxd_proto_rawDescGZIP(), []int{41}
 }
 
 type SnapshotInfo struct {
@@ -3933,7 +4099,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_ctxd_proto_msgTypes[41]
+	mi := &file_ctxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +4111,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[41]
+	mi := &file_ctxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +4124,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{41}
+	return file_ctxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SnapshotInfo) GetName() string {
@@ -4034,7 +4200,7 @@ type ListSnapshotsReply struct {
 
 func (x *ListSnapshotsReply) Reset() {
 	*x = ListSnapshotsReply{}
-	mi := &file_ctxd_proto_msgTypes[42]
+	mi := &file_ctxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4212,7 @@ func (x *ListSnapshotsReply) String() string {
 func (*ListSnapshotsReply) ProtoMessage() {}
 
 func (x *ListSnapshotsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[42]
+	mi := &file_ctxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4225,7 @@ func (x *ListSnapshotsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsReply.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{42}
+	return file_ctxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSnapshotsReply) GetSnapshots() []*SnapshotInfo {
@@ -4085,7 +4251,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_ctxd_proto_msgTypes[43]
+	mi := &file_ctxd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4263,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[43]
+	mi := &file_ctxd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4276,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{43}
+	return file_ctxd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeleteSnapshotRequest) GetName() string {
@@ -4128,7 +4294,7 @@ type DeleteSnapshotReply struct {
 
 func (x *DeleteSnapshotReply) Reset() {
 	*x = DeleteSnapshotReply{}
-	mi := &file_ctxd_proto_msgTypes[44]
+	mi := &file_ctxd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4306,7 @@ func (x *DeleteSnapshotReply) String() string {
 func (*DeleteSnapshotReply) ProtoMessage() {}
 
 func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[44]
+	mi := &file_ctxd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4319,7 @@ func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotReply.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{44}
+	return file_ctxd_proto_rawDescGZIP(), []int{45}
 }
 
 type VerifyColdRequest struct {
@@ -4164,7 +4330,7 @@ type VerifyColdRequest struct {
 
 func (x *VerifyColdRequest) Reset() {
 	*x = VerifyColdRequest{}
-	mi := &file_ctxd_proto_msgTypes[45]
+	mi := &file_ctxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4176,7 +4342,7 @@ func (x *VerifyColdRequest) String() string {
 func (*VerifyColdRequest) ProtoMessage() {}
 
 func (x *VerifyColdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[45]
+	mi := &file_ctxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4189,7 +4355,7 @@ func (x *VerifyColdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyColdRequest.ProtoReflect.Descriptor instead.
 func (*VerifyColdRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{45}
+	return file_ctxd_proto_rawDescGZIP(), []int{46}
 }
 
 type ColdProblem struct {
@@ -4203,7 +4369,7 @@ type ColdProblem struct {
 
 func (x *ColdProblem) Reset() {
 	*x = ColdProblem{}
-	mi := &file_ctxd_proto_msgTypes[46]
+	mi := &file_ctxd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4215,7 +4381,7 @@ func (x *ColdProblem) String() string {
 func (*ColdProblem) ProtoMessage() {}
 
 func (x *ColdProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[46]
+	mi := &file_ctxd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4228,7 +4394,7 @@ func (x *ColdProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdProblem.ProtoReflect.Descriptor instead.
 func (*ColdProblem) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{46}
+	return file_ctxd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ColdProblem) GetPath() string {
@@ -4263,7 +4429,7 @@ type VerifyColdReply struct {
 
 func (x *VerifyColdReply) Reset() {
 	*x = VerifyColdReply{}
-	mi := &file_ctxd_proto_msgTypes[47]
+	mi := &file_ctxd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4275,7 +4441,7 @@ func (x *VerifyColdReply) String() string {
 func (*VerifyColdReply) ProtoMessage() {}
 
 func (x *VerifyColdReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[47]
+	mi := &file_ctxd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4288,7 +4454,7 @@ func (x *VerifyColdReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyColdReply.ProtoReflect.Descriptor instead.
 func (*VerifyColdReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{47}
+	return file_ctxd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *VerifyColdReply) GetProblems() []*ColdProblem {
@@ -4327,7 +4493,7 @@ type ReportEditRequest struct {
 
 func (x *ReportEditRequest) Reset() {
 	*x = ReportEditRequest{}
-	mi := &file_ctxd_proto_msgTypes[48]
+	mi := &file_ctxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4339,7 +4505,7 @@ func (x *ReportEditRequest) String() string {
 func (*ReportEditRequest) ProtoMessage() {}
 
 func (x *ReportEditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[48]
+	mi := &file_ctxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4352,7 +4518,7 @@ func (x *ReportEditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEditRequest.ProtoReflect.Descriptor instead.
 func (*ReportEditRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{48}
+	return file_ctxd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReportEditRequest) GetSessionId() uint64 {
@@ -4380,7 +4546,7 @@ type ReportEditReply struct {
 
 func (x *ReportEditReply) Reset() {
 	*x = ReportEditReply{}
-	mi := &file_ctxd_proto_msgTypes[49]
+	mi := &file_ctxd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +4558,7 @@ func (x *ReportEditReply) String() string {
 func (*ReportEditReply) ProtoMessage() {}
 
 func (x *ReportEditReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[49]
+	mi := &file_ctxd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +4571,7 @@ func (x *ReportEditReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEditReply.ProtoReflect.Descriptor instead.
 func (*ReportEditReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{49}
+	return file_ctxd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportEditReply) GetSessions() int32 {
@@ -4438,7 +4604,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_ctxd_proto_msgTypes[50]
+	mi := &file_ctxd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4616,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[50]
+	mi := &file_ctxd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4629,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{50}
+	return file_ctxd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CloseSessionRequest) GetSessionId() uint64 {
@@ -4481,7 +4647,7 @@ type CloseSessionReply struct {
 
 func (x *CloseSessionReply) Reset() {
 	*x = CloseSessionReply{}
-	mi := &file_ctxd_proto_msgTypes[51]
+	mi := &file_ctxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4493,7 +4659,7 @@ func (x *CloseSessionReply) String() string {
 func (*CloseSessionReply) ProtoMessage() {}
 
 func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[51]
+	mi := &file_ctxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4506,7 +4672,7 @@ func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionReply.ProtoReflect.Descriptor instead.
 func (*CloseSessionReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{51}
+	return file_ctxd_proto_rawDescGZIP(), []int{52}
 }
 
 // MetricsRequest asks for the daemon's counters, gauges and Go-side
@@ -4520,7 +4686,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_ctxd_proto_msgTypes[52]
+	mi := &file_ctxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +4698,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[52]
+	mi := &file_ctxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +4711,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{52}
+	return file_ctxd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MetricsRequest) GetNoText() bool {
@@ -4572,7 +4738,7 @@ type TimingHistogram struct {
 
 func (x *TimingHistogram) Reset() {
 	*x = TimingHistogram{}
-	mi := &file_ctxd_proto_msgTypes[53]
+	mi := &file_ctxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4584,7 +4750,7 @@ func (x *TimingHistogram) String() string {
 func (*TimingHistogram) ProtoMessage() {}
 
 func (x *TimingHistogram) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[53]
+	mi := &file_ctxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4597,7 +4763,7 @@ func (x *TimingHistogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimingHistogram.ProtoReflect.Descriptor instead.
 func (*TimingHistogram) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{53}
+	return file_ctxd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TimingHistogram) GetName() string {
@@ -4641,7 +4807,7 @@ type ArenaRange struct {
 
 func (x *ArenaRange) Reset() {
 	*x = ArenaRange{}
-	mi := &file_ctxd_proto_msgTypes[54]
+	mi := &file_ctxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4653,7 +4819,7 @@ func (x *ArenaRange) String() string {
 func (*ArenaRange) ProtoMessage() {}
 
 func (x *ArenaRange) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[54]
+	mi := &file_ctxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4666,7 +4832,7 @@ func (x *ArenaRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArenaRange.ProtoReflect.Descriptor instead.
 func (*ArenaRange) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{54}
+	return file_ctxd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ArenaRange) GetStart() uint64 {
@@ -4704,7 +4870,7 @@ type MetricsReply struct {
 
 func (x *MetricsReply) Reset() {
 	*x = MetricsReply{}
-	mi := &file_ctxd_proto_msgTypes[55]
+	mi := &file_ctxd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4716,7 +4882,7 @@ func (x *MetricsReply) String() string {
 func (*MetricsReply) ProtoMessage() {}
 
 func (x *MetricsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[55]
+	mi := &file_ctxd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4729,7 +4895,7 @@ func (x *MetricsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReply.ProtoReflect.Descriptor instead.
 func (*MetricsReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{55}
+	return file_ctxd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MetricsReply) GetPrometheusText() string {
@@ -4889,7 +5055,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"\varena_bytes\x18\r \x01(\x03R\n" +
 	"arenaBytes\x12!\n" +
 	"\farena_tokens\x18\x0e \x01(\x03R\varenaTokens\x12%\n" +
-	"\x0esession_tokens\x18\x0f \x01(\x03R\rsessionTokens\"\xd2\x02\n" +
+	"\x0esession_tokens\x18\x0f \x01(\x03R\rsessionTokens\"\xff\x02\n" +
 	"\vStatusReply\x12%\n" +
 	"\x0eserver_version\x18\x01 \x01(\tR\rserverVersion\x12(\n" +
 	"\x05model\x18\x02 \x01(\v2\x12.ctxd.v1.ModelInfoR\x05model\x12-\n" +
@@ -4900,7 +5066,29 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x0fflash_attention\x18\a \x01(\bR\x0eflashAttention\x12\x1f\n" +
 	"\vsystem_info\x18\b \x01(\tR\n" +
 	"systemInfo\x12'\n" +
-	"\x04cold\x18\t \x01(\v2\x13.ctxd.v1.ColdStatusR\x04cold\"M\n" +
+	"\x04cold\x18\t \x01(\v2\x13.ctxd.v1.ColdStatusR\x04cold\x12+\n" +
+	"\x06device\x18\x14 \x01(\v2\x13.ctxd.v1.DeviceInfoR\x06device\"\xe6\x03\n" +
+	"\n" +
+	"DeviceInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x18\n" +
+	"\abackend\x18\x03 \x01(\tR\abackend\x12\x1f\n" +
+	"\vtotal_bytes\x18\x04 \x01(\x03R\n" +
+	"totalBytes\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x05 \x01(\x03R\tfreeBytes\x12\x1d\n" +
+	"\n" +
+	"gpu_layers\x18\x06 \x01(\x05R\tgpuLayers\x12\x16\n" +
+	"\x06layers\x18\a \x01(\x05R\x06layers\x12(\n" +
+	"\x10output_on_device\x18\b \x01(\bR\x0eoutputOnDevice\x12#\n" +
+	"\rweights_bytes\x18\t \x01(\x03R\fweightsBytes\x12\x19\n" +
+	"\bkv_bytes\x18\n" +
+	" \x01(\x03R\akvBytes\x12#\n" +
+	"\rcompute_bytes\x18\v \x01(\x03R\fcomputeBytes\x12,\n" +
+	"\x12host_weights_bytes\x18\f \x01(\x03R\x10hostWeightsBytes\x12\"\n" +
+	"\rhost_kv_bytes\x18\r \x01(\x03R\vhostKvBytes\x12\x16\n" +
+	"\x06reason\x18\x0e \x01(\tR\x06reason\x12\x18\n" +
+	"\athreads\x18\x0f \x01(\x05R\athreads\"M\n" +
 	"\x10LoadModelRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12%\n" +
 	"\x0econtext_tokens\x18\x02 \x01(\x03R\rcontextTokens\"i\n" +
@@ -5223,7 +5411,7 @@ func file_ctxd_proto_rawDescGZIP() []byte {
 }
 
 var file_ctxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_ctxd_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: ctxd.v1.ErrorCode
 	(SegmentKind)(0),              // 1: ctxd.v1.SegmentKind
@@ -5242,129 +5430,131 @@ var file_ctxd_proto_goTypes = []any{
 	(*ModelInfo)(nil),             // 14: ctxd.v1.ModelInfo
 	(*Capacity)(nil),              // 15: ctxd.v1.Capacity
 	(*StatusReply)(nil),           // 16: ctxd.v1.StatusReply
-	(*LoadModelRequest)(nil),      // 17: ctxd.v1.LoadModelRequest
-	(*LoadModelReply)(nil),        // 18: ctxd.v1.LoadModelReply
-	(*UnloadModelRequest)(nil),    // 19: ctxd.v1.UnloadModelRequest
-	(*UnloadModelReply)(nil),      // 20: ctxd.v1.UnloadModelReply
-	(*Segment)(nil),               // 21: ctxd.v1.Segment
-	(*Manifest)(nil),              // 22: ctxd.v1.Manifest
-	(*OpenSessionRequest)(nil),    // 23: ctxd.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),      // 24: ctxd.v1.OpenSessionReply
-	(*EnsurePrefixRequest)(nil),   // 25: ctxd.v1.EnsurePrefixRequest
-	(*ProgressEvent)(nil),         // 26: ctxd.v1.ProgressEvent
-	(*PrefillSuffixRequest)(nil),  // 27: ctxd.v1.PrefillSuffixRequest
-	(*PrefixReply)(nil),           // 28: ctxd.v1.PrefixReply
-	(*SamplingParams)(nil),        // 29: ctxd.v1.SamplingParams
-	(*DecodeRequest)(nil),         // 30: ctxd.v1.DecodeRequest
-	(*TokenEvent)(nil),            // 31: ctxd.v1.TokenEvent
-	(*DecodeReply)(nil),           // 32: ctxd.v1.DecodeReply
-	(*ExplainRequest)(nil),        // 33: ctxd.v1.ExplainRequest
-	(*SegmentResidency)(nil),      // 34: ctxd.v1.SegmentResidency
-	(*RetrievedBlock)(nil),        // 35: ctxd.v1.RetrievedBlock
-	(*ExplainReply)(nil),          // 36: ctxd.v1.ExplainReply
-	(*TokenRange)(nil),            // 37: ctxd.v1.TokenRange
-	(*RestoreReport)(nil),         // 38: ctxd.v1.RestoreReport
-	(*ColdStatus)(nil),            // 39: ctxd.v1.ColdStatus
-	(*SnapshotRequest)(nil),       // 40: ctxd.v1.SnapshotRequest
-	(*SnapshotReply)(nil),         // 41: ctxd.v1.SnapshotReply
-	(*RestoreRequest)(nil),        // 42: ctxd.v1.RestoreRequest
-	(*RestoreReply)(nil),          // 43: ctxd.v1.RestoreReply
-	(*ListSnapshotsRequest)(nil),  // 44: ctxd.v1.ListSnapshotsRequest
-	(*SnapshotInfo)(nil),          // 45: ctxd.v1.SnapshotInfo
-	(*ListSnapshotsReply)(nil),    // 46: ctxd.v1.ListSnapshotsReply
-	(*DeleteSnapshotRequest)(nil), // 47: ctxd.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotReply)(nil),   // 48: ctxd.v1.DeleteSnapshotReply
-	(*VerifyColdRequest)(nil),     // 49: ctxd.v1.VerifyColdRequest
-	(*ColdProblem)(nil),           // 50: ctxd.v1.ColdProblem
-	(*VerifyColdReply)(nil),       // 51: ctxd.v1.VerifyColdReply
-	(*ReportEditRequest)(nil),     // 52: ctxd.v1.ReportEditRequest
-	(*ReportEditReply)(nil),       // 53: ctxd.v1.ReportEditReply
-	(*CloseSessionRequest)(nil),   // 54: ctxd.v1.CloseSessionRequest
-	(*CloseSessionReply)(nil),     // 55: ctxd.v1.CloseSessionReply
-	(*MetricsRequest)(nil),        // 56: ctxd.v1.MetricsRequest
-	(*TimingHistogram)(nil),       // 57: ctxd.v1.TimingHistogram
-	(*ArenaRange)(nil),            // 58: ctxd.v1.ArenaRange
-	(*MetricsReply)(nil),          // 59: ctxd.v1.MetricsReply
-	nil,                           // 60: ctxd.v1.ExplainReply.TokensByClassEntry
-	nil,                           // 61: ctxd.v1.MetricsReply.ValuesEntry
+	(*DeviceInfo)(nil),            // 17: ctxd.v1.DeviceInfo
+	(*LoadModelRequest)(nil),      // 18: ctxd.v1.LoadModelRequest
+	(*LoadModelReply)(nil),        // 19: ctxd.v1.LoadModelReply
+	(*UnloadModelRequest)(nil),    // 20: ctxd.v1.UnloadModelRequest
+	(*UnloadModelReply)(nil),      // 21: ctxd.v1.UnloadModelReply
+	(*Segment)(nil),               // 22: ctxd.v1.Segment
+	(*Manifest)(nil),              // 23: ctxd.v1.Manifest
+	(*OpenSessionRequest)(nil),    // 24: ctxd.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),      // 25: ctxd.v1.OpenSessionReply
+	(*EnsurePrefixRequest)(nil),   // 26: ctxd.v1.EnsurePrefixRequest
+	(*ProgressEvent)(nil),         // 27: ctxd.v1.ProgressEvent
+	(*PrefillSuffixRequest)(nil),  // 28: ctxd.v1.PrefillSuffixRequest
+	(*PrefixReply)(nil),           // 29: ctxd.v1.PrefixReply
+	(*SamplingParams)(nil),        // 30: ctxd.v1.SamplingParams
+	(*DecodeRequest)(nil),         // 31: ctxd.v1.DecodeRequest
+	(*TokenEvent)(nil),            // 32: ctxd.v1.TokenEvent
+	(*DecodeReply)(nil),           // 33: ctxd.v1.DecodeReply
+	(*ExplainRequest)(nil),        // 34: ctxd.v1.ExplainRequest
+	(*SegmentResidency)(nil),      // 35: ctxd.v1.SegmentResidency
+	(*RetrievedBlock)(nil),        // 36: ctxd.v1.RetrievedBlock
+	(*ExplainReply)(nil),          // 37: ctxd.v1.ExplainReply
+	(*TokenRange)(nil),            // 38: ctxd.v1.TokenRange
+	(*RestoreReport)(nil),         // 39: ctxd.v1.RestoreReport
+	(*ColdStatus)(nil),            // 40: ctxd.v1.ColdStatus
+	(*SnapshotRequest)(nil),       // 41: ctxd.v1.SnapshotRequest
+	(*SnapshotReply)(nil),         // 42: ctxd.v1.SnapshotReply
+	(*RestoreRequest)(nil),        // 43: ctxd.v1.RestoreRequest
+	(*RestoreReply)(nil),          // 44: ctxd.v1.RestoreReply
+	(*ListSnapshotsRequest)(nil),  // 45: ctxd.v1.ListSnapshotsRequest
+	(*SnapshotInfo)(nil),          // 46: ctxd.v1.SnapshotInfo
+	(*ListSnapshotsReply)(nil),    // 47: ctxd.v1.ListSnapshotsReply
+	(*DeleteSnapshotRequest)(nil), // 48: ctxd.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotReply)(nil),   // 49: ctxd.v1.DeleteSnapshotReply
+	(*VerifyColdRequest)(nil),     // 50: ctxd.v1.VerifyColdRequest
+	(*ColdProblem)(nil),           // 51: ctxd.v1.ColdProblem
+	(*VerifyColdReply)(nil),       // 52: ctxd.v1.VerifyColdReply
+	(*ReportEditRequest)(nil),     // 53: ctxd.v1.ReportEditRequest
+	(*ReportEditReply)(nil),       // 54: ctxd.v1.ReportEditReply
+	(*CloseSessionRequest)(nil),   // 55: ctxd.v1.CloseSessionRequest
+	(*CloseSessionReply)(nil),     // 56: ctxd.v1.CloseSessionReply
+	(*MetricsRequest)(nil),        // 57: ctxd.v1.MetricsRequest
+	(*TimingHistogram)(nil),       // 58: ctxd.v1.TimingHistogram
+	(*ArenaRange)(nil),            // 59: ctxd.v1.ArenaRange
+	(*MetricsReply)(nil),          // 60: ctxd.v1.MetricsReply
+	nil,                           // 61: ctxd.v1.ExplainReply.TokensByClassEntry
+	nil,                           // 62: ctxd.v1.MetricsReply.ValuesEntry
 }
 var file_ctxd_proto_depIdxs = []int32{
 	9,  // 0: ctxd.v1.Request.hello:type_name -> ctxd.v1.HelloRequest
 	13, // 1: ctxd.v1.Request.status:type_name -> ctxd.v1.StatusRequest
-	17, // 2: ctxd.v1.Request.load_model:type_name -> ctxd.v1.LoadModelRequest
-	19, // 3: ctxd.v1.Request.unload_model:type_name -> ctxd.v1.UnloadModelRequest
-	23, // 4: ctxd.v1.Request.open_session:type_name -> ctxd.v1.OpenSessionRequest
-	25, // 5: ctxd.v1.Request.ensure_prefix:type_name -> ctxd.v1.EnsurePrefixRequest
-	27, // 6: ctxd.v1.Request.prefill_suffix:type_name -> ctxd.v1.PrefillSuffixRequest
-	30, // 7: ctxd.v1.Request.decode:type_name -> ctxd.v1.DecodeRequest
-	33, // 8: ctxd.v1.Request.explain:type_name -> ctxd.v1.ExplainRequest
-	54, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
+	18, // 2: ctxd.v1.Request.load_model:type_name -> ctxd.v1.LoadModelRequest
+	20, // 3: ctxd.v1.Request.unload_model:type_name -> ctxd.v1.UnloadModelRequest
+	24, // 4: ctxd.v1.Request.open_session:type_name -> ctxd.v1.OpenSessionRequest
+	26, // 5: ctxd.v1.Request.ensure_prefix:type_name -> ctxd.v1.EnsurePrefixRequest
+	28, // 6: ctxd.v1.Request.prefill_suffix:type_name -> ctxd.v1.PrefillSuffixRequest
+	31, // 7: ctxd.v1.Request.decode:type_name -> ctxd.v1.DecodeRequest
+	34, // 8: ctxd.v1.Request.explain:type_name -> ctxd.v1.ExplainRequest
+	55, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
 	11, // 10: ctxd.v1.Request.ping:type_name -> ctxd.v1.PingRequest
-	56, // 11: ctxd.v1.Request.metrics:type_name -> ctxd.v1.MetricsRequest
-	40, // 12: ctxd.v1.Request.snapshot:type_name -> ctxd.v1.SnapshotRequest
-	42, // 13: ctxd.v1.Request.restore:type_name -> ctxd.v1.RestoreRequest
-	44, // 14: ctxd.v1.Request.list_snapshots:type_name -> ctxd.v1.ListSnapshotsRequest
-	47, // 15: ctxd.v1.Request.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotRequest
-	49, // 16: ctxd.v1.Request.verify_cold:type_name -> ctxd.v1.VerifyColdRequest
-	52, // 17: ctxd.v1.Request.report_edit:type_name -> ctxd.v1.ReportEditRequest
+	57, // 11: ctxd.v1.Request.metrics:type_name -> ctxd.v1.MetricsRequest
+	41, // 12: ctxd.v1.Request.snapshot:type_name -> ctxd.v1.SnapshotRequest
+	43, // 13: ctxd.v1.Request.restore:type_name -> ctxd.v1.RestoreRequest
+	45, // 14: ctxd.v1.Request.list_snapshots:type_name -> ctxd.v1.ListSnapshotsRequest
+	48, // 15: ctxd.v1.Request.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotRequest
+	50, // 16: ctxd.v1.Request.verify_cold:type_name -> ctxd.v1.VerifyColdRequest
+	53, // 17: ctxd.v1.Request.report_edit:type_name -> ctxd.v1.ReportEditRequest
 	7,  // 18: ctxd.v1.Response.error:type_name -> ctxd.v1.Error
 	10, // 19: ctxd.v1.Response.hello:type_name -> ctxd.v1.HelloReply
 	16, // 20: ctxd.v1.Response.status:type_name -> ctxd.v1.StatusReply
-	18, // 21: ctxd.v1.Response.load_model:type_name -> ctxd.v1.LoadModelReply
-	20, // 22: ctxd.v1.Response.unload_model:type_name -> ctxd.v1.UnloadModelReply
-	24, // 23: ctxd.v1.Response.open_session:type_name -> ctxd.v1.OpenSessionReply
-	28, // 24: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
-	28, // 25: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
-	32, // 26: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
-	36, // 27: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
-	55, // 28: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
+	19, // 21: ctxd.v1.Response.load_model:type_name -> ctxd.v1.LoadModelReply
+	21, // 22: ctxd.v1.Response.unload_model:type_name -> ctxd.v1.UnloadModelReply
+	25, // 23: ctxd.v1.Response.open_session:type_name -> ctxd.v1.OpenSessionReply
+	29, // 24: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
+	29, // 25: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
+	33, // 26: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
+	37, // 27: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
+	56, // 28: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
 	12, // 29: ctxd.v1.Response.ping:type_name -> ctxd.v1.PingReply
-	59, // 30: ctxd.v1.Response.metrics:type_name -> ctxd.v1.MetricsReply
-	41, // 31: ctxd.v1.Response.snapshot:type_name -> ctxd.v1.SnapshotReply
-	43, // 32: ctxd.v1.Response.restore:type_name -> ctxd.v1.RestoreReply
-	46, // 33: ctxd.v1.Response.list_snapshots:type_name -> ctxd.v1.ListSnapshotsReply
-	48, // 34: ctxd.v1.Response.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotReply
-	51, // 35: ctxd.v1.Response.verify_cold:type_name -> ctxd.v1.VerifyColdReply
-	53, // 36: ctxd.v1.Response.report_edit:type_name -> ctxd.v1.ReportEditReply
-	31, // 37: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
-	26, // 38: ctxd.v1.StreamEvent.progress:type_name -> ctxd.v1.ProgressEvent
+	60, // 30: ctxd.v1.Response.metrics:type_name -> ctxd.v1.MetricsReply
+	42, // 31: ctxd.v1.Response.snapshot:type_name -> ctxd.v1.SnapshotReply
+	44, // 32: ctxd.v1.Response.restore:type_name -> ctxd.v1.RestoreReply
+	47, // 33: ctxd.v1.Response.list_snapshots:type_name -> ctxd.v1.ListSnapshotsReply
+	49, // 34: ctxd.v1.Response.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotReply
+	52, // 35: ctxd.v1.Response.verify_cold:type_name -> ctxd.v1.VerifyColdReply
+	54, // 36: ctxd.v1.Response.report_edit:type_name -> ctxd.v1.ReportEditReply
+	32, // 37: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
+	27, // 38: ctxd.v1.StreamEvent.progress:type_name -> ctxd.v1.ProgressEvent
 	0,  // 39: ctxd.v1.Error.code:type_name -> ctxd.v1.ErrorCode
 	8,  // 40: ctxd.v1.Error.overflow:type_name -> ctxd.v1.Overflow
 	14, // 41: ctxd.v1.StatusReply.model:type_name -> ctxd.v1.ModelInfo
 	15, // 42: ctxd.v1.StatusReply.capacity:type_name -> ctxd.v1.Capacity
-	39, // 43: ctxd.v1.StatusReply.cold:type_name -> ctxd.v1.ColdStatus
-	14, // 44: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
-	15, // 45: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
-	1,  // 46: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 47: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
-	21, // 48: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
-	22, // 49: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
-	28, // 50: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
-	22, // 51: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
-	21, // 52: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
-	29, // 53: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
-	3,  // 54: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
-	1,  // 55: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 56: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
-	34, // 57: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
-	60, // 58: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
-	15, // 59: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
-	35, // 60: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
-	38, // 61: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
-	39, // 62: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
-	37, // 63: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
-	38, // 64: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
-	45, // 65: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
-	39, // 66: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
-	50, // 67: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
-	57, // 68: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
-	58, // 69: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
-	61, // 70: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
-	71, // [71:71] is the sub-list for method output_type
-	71, // [71:71] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	40, // 43: ctxd.v1.StatusReply.cold:type_name -> ctxd.v1.ColdStatus
+	17, // 44: ctxd.v1.StatusReply.device:type_name -> ctxd.v1.DeviceInfo
+	14, // 45: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
+	15, // 46: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
+	1,  // 47: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 48: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
+	22, // 49: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
+	23, // 50: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
+	29, // 51: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
+	23, // 52: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
+	22, // 53: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
+	30, // 54: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
+	3,  // 55: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
+	1,  // 56: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 57: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
+	35, // 58: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
+	61, // 59: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
+	15, // 60: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
+	36, // 61: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
+	39, // 62: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
+	40, // 63: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
+	38, // 64: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
+	39, // 65: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
+	46, // 66: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
+	40, // 67: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
+	51, // 68: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
+	58, // 69: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
+	59, // 70: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
+	62, // 71: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
+	72, // [72:72] is the sub-list for method output_type
+	72, // [72:72] is the sub-list for method input_type
+	72, // [72:72] is the sub-list for extension type_name
+	72, // [72:72] is the sub-list for extension extendee
+	0,  // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_ctxd_proto_init() }
@@ -5422,7 +5612,7 @@ func file_ctxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxd_proto_rawDesc), len(file_ctxd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/sidecar"
+)
+
+// withDevice fills where a private daemon runs the model from the
+// environment ctxd reads too: CTXD_BACKEND_DIR (default: the backends
+// folder beside this binary), CTXD_DEVICE and CTXD_GPU_LAYERS.
+func withDevice(cfg sidecar.Config) sidecar.Config {
+	if cfg.BackendDir == "" {
+		cfg.BackendDir = os.Getenv("CTXD_BACKEND_DIR")
+		if cfg.BackendDir == "" {
+			if exe, err := os.Executable(); err == nil {
+				cfg.BackendDir = filepath.Join(filepath.Dir(exe), "backends")
+			}
+		}
+	}
+	if cfg.Device == "" {
+		cfg.Device = os.Getenv("CTXD_DEVICE")
+	}
+	if n, err := strconv.Atoi(os.Getenv("CTXD_GPU_LAYERS")); err == nil && cfg.GPULayers == 0 && n > 0 {
+		cfg.GPULayers = n
+	}
+	return cfg
+}
+
+// speedResult is one device's line of "bench speed".
+type speedResult struct {
+	Device        string  `json:"device"` // "" = the CPU
+	Backend       string  `json:"backend"`
+	GPULayers     int32   `json:"gpu_layers"`
+	Layers        int32   `json:"layers"`
+	Threads       int32   `json:"threads"`
+	PromptTokens  int     `json:"prompt_tokens"`
+	PrefillTokS   float64 `json:"prefill_tokens_per_s"`
+	DecodeTokens  int     `json:"decode_tokens"`
+	DecodeTokS    float64 `json:"decode_tokens_per_s"`
+	DeviceWeights int64   `json:"device_weights_bytes"`
+	DeviceKV      int64   `json:"device_kv_bytes"`
+}
+
+// benchSpeed measures prefill and decode throughput of a model on each
+// device asked for (by default the CPU, then the GPU when one is found).
+func benchSpeed(ctx context.Context, e *env, args []string) error {
+	fs := flag.NewFlagSet("bench speed", flag.ContinueOnError)
+	model := fs.String("model", defaultModel(), "GGUF model")
+	prompt := fs.Int("prompt", 512, "prompt tokens prefilled")
+	gen := fs.Int("generate", 32, "greedy tokens decoded")
+	devices := fs.String("devices", "cpu,auto", "comma-separated --device values to compare (auto: the GPU with the most free memory)")
+	flashAttn := fs.Bool("flash-attn", false, "flash attention")
+	kv := fs.String("kv", "f16", "KV type: f16, q8_0 (needs flash attention) or f32")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, e, args); err != nil {
+		return err
+	}
+	kvType, err := policy.ParseKVType(*kv)
+	if err != nil {
+		return usageError{err}
+	}
+	toks := make([]int32, *prompt)
+	for i := range toks {
+		toks[i] = int32(3 + i%250)
+	}
+	var out []speedResult
+	for _, d := range strings.Split(*devices, ",") {
+		if d == "auto" {
+			d = ""
+		}
+		cfg := withDevice(sidecar.Config{ModelPath: *model, ContextTokens: *prompt + *gen + 64, NoCold: true,
+			KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, Device: d, Version: "ctxctl-bench"})
+		r, err := speedOn(ctx, cfg, toks, *gen)
+		if err != nil {
+			return fmt.Errorf("device %q: %w", d, err)
+		}
+		if d == "" && r.Device == "" {
+			fmt.Fprintln(e.stderr, "bench speed: no GPU device found; only the CPU was measured")
+			if len(out) > 0 && out[len(out)-1].Device == "" {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	if *asJSON {
+		return json.NewEncoder(e.stdout).Encode(out)
+	}
+	fmt.Fprintf(e.stdout, "model %s, prompt %d tokens, %d decoded, KV %s\n", filepath.Base(*model), *prompt, *gen, kvType)
+	for _, r := range out {
+		where := "CPU"
+		if r.Device != "" {
+			where = fmt.Sprintf("%s (%s, %d/%d layers)", r.Device, r.Backend, r.GPULayers, r.Layers)
+		}
+		fmt.Fprintf(e.stdout, "%-36s prefill %9.1f tok/s   decode %8.1f tok/s   threads %d\n", where, r.PrefillTokS, r.DecodeTokS, r.Threads)
+	}
+	if len(out) == 2 && out[0].PrefillTokS > 0 && out[0].DecodeTokS > 0 {
+		fmt.Fprintf(e.stdout, "ratio %s/%s: prefill %.1fx, decode %.1fx\n", nameOr(out[1].Device), nameOr(out[0].Device),
+			out[1].PrefillTokS/out[0].PrefillTokS, out[1].DecodeTokS/out[0].DecodeTokS)
+	}
+	return nil
+}
+
+func nameOr(d string) string {
+	if d == "" {
+		return "CPU"
+	}
+	return d
+}
+
+func speedOn(ctx context.Context, cfg sidecar.Config, toks []int32, gen int) (speedResult, error) {
+	c, done, err := privateClient(ctx, cfg)
+	if err != nil {
+		return speedResult{}, err
+	}
+	defer done()
+	s, err := c.OpenSession(ctx, "speed")
+	if err != nil {
+		return speedResult{}, err
+	}
+	defer s.Close(ctx)
+	m := policy.Manifest{Segments: []policy.Segment{{ID: "prompt", Kind: policy.KindTerminal, Tokens: toks, Stable: true}}}
+	t0 := time.Now()
+	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+		return speedResult{}, err
+	}
+	prefill := time.Since(t0)
+	t0 = time.Now()
+	if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: gen, NoStream: true}, nil); err != nil {
+		return speedResult{}, err
+	}
+	decode := time.Since(t0)
+	st, err := c.Status(ctx)
+	if err != nil {
+		return speedResult{}, err
+	}
+	d := st.GetDevice()
+	return speedResult{
+		Device: d.GetName(), Backend: d.GetBackend(), GPULayers: d.GetGpuLayers(), Layers: d.GetLayers(), Threads: d.GetThreads(),
+		PromptTokens: len(toks), PrefillTokS: float64(len(toks)) / prefill.Seconds(),
+		DecodeTokens: gen, DecodeTokS: float64(gen) / decode.Seconds(),
+		DeviceWeights: d.GetWeightsBytes(), DeviceKV: d.GetKvBytes(),
+	}, nil
+}
