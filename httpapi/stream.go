@@ -24,6 +24,7 @@ type streamWriter struct {
 	last      time.Time
 	err       error
 	stop      chan struct{}
+	stopOnce  sync.Once
 	done      sync.WaitGroup
 }
 
@@ -121,8 +122,8 @@ func (sw *streamWriter) raw(b []byte) error {
 }
 
 // close stops the keep-alive timer; it must be called before the handler
-// returns.
+// returns, and may be called again.
 func (sw *streamWriter) close() {
-	close(sw.stop)
+	sw.stopOnce.Do(func() { close(sw.stop) })
 	sw.done.Wait()
 }
