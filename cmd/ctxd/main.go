@@ -65,5 +65,6 @@ func run(args []string) int {
 		llama.SetLogger(log)
 	}
 	cfg.server.Logger, cfg.server.Version = log, version
-	return serve(cfg.server, log)
+	cfg.http.Logger, cfg.http.Version = log, version
+	return serve(cfg.server, httpSettings{cfg: cfg.http, explicit: cfg.setting("http").source != "default"}, log)
 }
