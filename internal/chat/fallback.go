@@ -45,10 +45,11 @@ func newFallback(info ModelInfo) *Template {
 		stops = append(stops, info.EOS)
 	}
 	return &Template{
-		name:   "fallback",
-		family: family{"fallback", syntaxHermes},
-		stops:  stops,
-		render: renderFallback,
+		name:    "fallback",
+		family:  family{"fallback", syntaxHermes},
+		stops:   stops,
+		render:  renderFallback,
+		markers: []string{fallbackStart, fallbackEnd},
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/ardanlabs/jinja"
@@ -19,6 +21,10 @@ func newJinja(info ModelInfo) (renderFunc, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Mistral's templates refuse tool call IDs that are not 9 alphanumeric
+	// characters; agents send longer ones (call_...), so those get a
+	// derived 9-character ID, the same every time.
+	shortIDs := strings.Contains(info.ChatTemplate, "length 9")
 	now := info.Now
 	if now == nil {
 		now = time.Now
@@ -31,7 +37,7 @@ func newJinja(info ModelInfo) (renderFunc, error) {
 		return jinja.NewString(strftime(now(), format)), nil
 	})
 	return func(msgs []Message, tools []Tool, gen bool) (string, error) {
-		ms, err := messageValues(msgs)
+		ms, err := messageValues(msgs, shortIDs)
 		if err != nil {
 			return "", err
 		}
@@ -58,7 +64,13 @@ func newJinja(info ModelInfo) (renderFunc, error) {
 // content, reasoning_content (when non-empty), tool_calls ({id, type,
 // function: {name, arguments}}, arguments as a JSON object), tool_call_id
 // and name (when non-empty).
-func messageValues(msgs []Message) (jinja.Value, error) {
+func messageValues(msgs []Message, shortIDs bool) (jinja.Value, error) {
+	id := func(s string) string {
+		if shortIDs {
+			return shortID(s)
+		}
+		return s
+	}
 	items := make([]jinja.Value, 0, len(msgs))
 	for i, m := range msgs {
 		d := jinja.NewDict()
@@ -79,7 +91,7 @@ func messageValues(msgs []Message) (jinja.Value, error) {
 				fn.AsDict().Set("name", jinja.NewString(c.Name))
 				fn.AsDict().Set("arguments", args)
 				call := jinja.NewDict()
-				call.AsDict().Set("id", jinja.NewString(c.ID))
+				call.AsDict().Set("id", jinja.NewString(id(c.ID)))
 				call.AsDict().Set("type", jinja.NewString("function"))
 				call.AsDict().Set("function", fn)
 				calls = append(calls, call)
@@ -87,7 +99,7 @@ func messageValues(msgs []Message) (jinja.Value, error) {
 			md.Set("tool_calls", jinja.NewList(calls))
 		}
 		if m.ToolCallID != "" {
-			md.Set("tool_call_id", jinja.NewString(m.ToolCallID))
+			md.Set("tool_call_id", jinja.NewString(id(m.ToolCallID)))
 		}
 		if m.Name != "" {
 			md.Set("name", jinja.NewString(m.Name))
@@ -181,4 +193,26 @@ func decodeValue(dec *json.Decoder) (jinja.Value, error) {
 	default:
 		return jinja.FromGoValue(tok), nil
 	}
+}
+
+// shortID returns id when it is 9 ASCII letters or digits, else 9 such
+// characters derived from a hash of id.
+func shortID(id string) string {
+	const alnum = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+	ok := len(id) == 9
+	for i := 0; ok && i < len(id); i++ {
+		ok = strings.IndexByte(alnum, id[i]) >= 0
+	}
+	if ok {
+		return id
+	}
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	v := h.Sum64()
+	b := make([]byte, 9)
+	for i := range b {
+		b[i] = alnum[v%uint64(len(alnum))]
+		v /= uint64(len(alnum))
+	}
+	return string(b)
 }

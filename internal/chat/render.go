@@ -58,6 +58,23 @@ func (t *Template) Render(msgs []Message, tools []Tool) (policy.Manifest, error)
 		if err == nil && len(s) >= last && strings.HasPrefix(full, s) {
 			bounds[k] = len(s)
 			last = len(s)
+			continue
+		}
+		if k == 0 || k == n {
+			continue
+		}
+		// Templates that render the last user message apart (Mistral
+		// puts the tools and the system prompt there) render messages[:k]
+		// as history only when more turns follow: cut where such a
+		// rendering departs from full, at the start of the marker both
+		// begin the next message with.
+		s, err = t.text(append(msgs[:k:k], historyProbe...), tools, false)
+		if err != nil {
+			continue
+		}
+		if c := t.markerFloor(full, commonPrefix(s, full)); c > last && c < len(full) {
+			bounds[k] = c
+			last = c
 		}
 	}
 	// The head is everything before the first non-system message: the
@@ -79,7 +96,7 @@ func (t *Template) Render(msgs []Message, tools []Tool) (policy.Manifest, error)
 	if len(tools) > 0 {
 		sysEnd = 0
 		if s, err := t.text(msgs[:head], nil, false); err == nil {
-			sysEnd = runeFloor(full, min(commonPrefix(s, full[:headEnd]), headEnd))
+			sysEnd = t.markerFloor(full, min(commonPrefix(s, full[:headEnd]), headEnd))
 		}
 	}
 	add(idSystem, policy.KindSystem, policy.ClassTaskPinned, 0, sysEnd)
@@ -121,11 +138,17 @@ func (t *Template) Render(msgs []Message, tools []Tool) (policy.Manifest, error)
 // stable: the end of the last assistant message (the head when there is
 // none), cut back to what both probe continuations render unchanged.
 func (t *Template) stableEnd(msgs []Message, tools []Tool, full string, bounds []int, headEnd int) int {
+	// The end of the last assistant message, or of the last cut point
+	// before it when the template renders a trailing assistant message
+	// differently (Qwen3 adds an empty think block to it).
 	end := headEnd
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Role == RoleAssistant {
-			if b := bounds[i+1]; b > end {
-				end = b
+			for k := i + 1; k > 0; k-- {
+				if bounds[k] >= 0 {
+					end = max(end, bounds[k])
+					break
+				}
 			}
 			break
 		}
@@ -140,13 +163,23 @@ func (t *Template) stableEnd(msgs []Message, tools []Tool, full string, bounds [
 	return end
 }
 
+// probeText is the text of probe messages.
+const probeText = "probe"
+
+// historyProbe follows messages[:k] to render them as history: a user
+// turn, a reply and another user turn, so that the next message is neither
+// the last nor the last user message.
+var historyProbe = []Message{
+	{Role: RoleUser, Content: probeText}, {Role: RoleAssistant, Content: probeText}, {Role: RoleUser, Content: probeText},
+}
+
 // probes are the continuations a stable segment must survive: a text reply
 // and a new user message; a tool call and its result.
 var probes = [][]Message{
-	{{Role: RoleAssistant, Content: "probe"}, {Role: RoleUser, Content: "probe"}},
+	{{Role: RoleAssistant, Content: probeText}, {Role: RoleUser, Content: probeText}},
 	{
-		{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "probe0001", Name: "probe", Arguments: `{"probe":"probe"}`}}},
-		{Role: RoleTool, ToolCallID: "probe0001", Name: "probe", Content: "probe"},
+		{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "probe0001", Name: "probe", Arguments: `{"probe":probeText}`}}},
+		{Role: RoleTool, ToolCallID: "probe0001", Name: "probe", Content: probeText},
 	},
 }
 
@@ -229,6 +262,21 @@ func commonPrefix(a, b string) int {
 		i++
 	}
 	return i
+}
+
+// markerFloor moves a cut at i in s back to the start of the control
+// marker it falls in (e.g. "[INST]" in "...</s>[INST]", when the renderings
+// compared depart after the "["), then to the start of its rune. Cuts found
+// as where two renderings depart would otherwise split the marker both
+// share the start of.
+func (t *Template) markerFloor(s string, i int) int {
+	for _, m := range t.markers {
+		lo := max(0, i-len(m)+1)
+		if j := strings.Index(s[lo:min(len(s), i+len(m)-1)], m); j >= 0 && lo+j < i {
+			i = lo + j
+		}
+	}
+	return runeFloor(s, i)
 }
 
 // runeFloor moves i back to the start of the rune it falls in.

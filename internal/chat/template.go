@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 )
@@ -29,6 +30,9 @@ type Template struct {
 	stops  []string
 	bos    string
 	render renderFunc
+	// markers are the control markers the template writes (see
+	// templateMarkers); cuts never split one.
+	markers []string
 }
 
 // NewTemplate parses the model's template; ChatTemplate == "" selects the
@@ -44,12 +48,31 @@ func NewTemplate(info ModelInfo) (*Template, error) {
 	}
 	fam := detectFamily(info.ChatTemplate)
 	return &Template{
-		name:   fam.name,
-		family: fam,
-		stops:  stopStrings(info.ChatTemplate, info.EOS),
-		bos:    info.BOS,
-		render: r,
+		name:    fam.name,
+		family:  fam,
+		stops:   stopStrings(info.ChatTemplate, info.EOS),
+		bos:     info.BOS,
+		render:  r,
+		markers: templateMarkers(info),
 	}, nil
+}
+
+// markerPattern matches the control markers of chat templates:
+// <|im_start|>, [INST], [/INST], [TOOL_CALLS], <start_of_turn> and the like.
+var markerPattern = regexp.MustCompile(`<\|[A-Za-z0-9_]+\|>|\[/?[A-Z][A-Z_]*\]|</?[a-z_]+>`)
+
+// templateMarkers lists the control markers in the template text, plus the
+// BOS and EOS texts.
+func templateMarkers(info ModelInfo) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, m := range append(markerPattern.FindAllString(info.ChatTemplate, -1), info.BOS, info.EOS) {
+		if m != "" && !seen[m] {
+			seen[m] = true
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Name names the template family, e.g. "chatml", "hermes", "llama3",
