@@ -46,6 +46,9 @@ func startDoor(t *testing.T, sc sidecar.Config, hc Config) *door {
 	if sc.ArenaBytes == 0 {
 		sc.ArenaBytes = 64 << 20
 	}
+	if sc.TurnLatency == 0 {
+		sc.TurnLatency = -1 // no prefill timing at load: tests need no latency bound
+	}
 	sc.Logger = testLogger(t)
 	p, err := sidecar.StartPrivate(sc)
 	if err != nil {

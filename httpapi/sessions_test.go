@@ -65,7 +65,7 @@ func TestSessionMappingByHeader(t *testing.T) {
 func TestSessionMappingByPrefixAndSideRequests(t *testing.T) {
 	d := startDoor(t, sidecar.Config{HotTokens: sidecar.HotAuto, NoCold: true}, Config{})
 	ctx := context.Background()
-	main := &conversation{system: "You are Qwen Code, an interactive CLI agent. " + longText(1500)}
+	main := &conversation{system: "You are Qwen Code, an interactive CLI agent. " + longText(1000)}
 	var mainSession uint64
 	prev := int64(0)
 	for turn, user := range []string{"List the files in this folder.", "Read main.py.", "Explain it."} {
@@ -89,7 +89,7 @@ func TestSessionMappingByPrefixAndSideRequests(t *testing.T) {
 		main.reply(r.Choices[0].Message.Content)
 
 		// The memory extractor: another system prompt, the same history.
-		side := &conversation{system: "You are now acting as the managed memory extraction subagent. " + longText(800), msgs: append([]openai.ChatCompletionMessageParamUnion(nil), main.msgs...)}
+		side := &conversation{system: "You are now acting as the managed memory extraction subagent. " + longText(500), msgs: append([]openai.ChatCompletionMessageParamUnion(nil), main.msgs...)}
 		var sh *http.Response
 		if _, err := d.openai.Chat.Completions.New(ctx, side.params("Extract memories.", 4), option.WithResponseInto(&sh)); err != nil {
 			t.Fatal(err)
