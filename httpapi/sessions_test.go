@@ -127,3 +127,29 @@ func TestSessionCap(t *testing.T) {
 		}
 	}
 }
+
+// TestResumeAfterRestart: a restarted ctxd has no live HTTP sessions, but
+// the session the old one snapshotted at shutdown comes back on the first
+// request (the daemon's cross-session resume), instead of a full prefill.
+func TestResumeAfterRestart(t *testing.T) {
+	dataDir := t.TempDir()
+	conv := &conversation{system: "You are a coding agent. " + longText(600)}
+	params := conv.params("List the files.", 4)
+	d := startDoor(t, sidecar.Config{ContextTokens: 2048, DataDir: dataDir}, Config{})
+	first, err := d.openai.Chat.Completions.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.close()
+
+	d2 := startDoor(t, sidecar.Config{ContextTokens: 2048, DataDir: dataDir}, Config{})
+	again, err := d2.openai.Chat.Completions.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("before the restart: prompt %d cached %d; after: cached %d (%s)", first.Usage.PromptTokens, first.Usage.PromptTokensDetails.CachedTokens,
+		again.Usage.PromptTokensDetails.CachedTokens, again.JSON.ExtraFields["ctxd"].Raw())
+	if c := again.Usage.PromptTokensDetails.CachedTokens; float64(c) < 0.9*float64(first.Usage.PromptTokens) {
+		t.Errorf("after a restart only %d of %d prompt tokens came back", c, first.Usage.PromptTokens)
+	}
+}
