@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ctxd/ctxd/internal/testmodel"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -88,5 +87,3 @@ func (noBackend) NewConnID() uint64 { return 1 }
 func (noBackend) Handle(context.Context, uint64, *pb.Request, sidecar.Emitter) *pb.Response {
 	return &pb.Response{Error: &pb.Error{Code: pb.ErrorCode_ERROR_CODE_NO_MODEL}}
 }
-
-var _ = testmodel.Stories
