@@ -148,14 +148,15 @@ func (t *sessionTable) acquire(ctx context.Context, key string, m policy.Manifes
 	}
 	if best == nil {
 		t.mu.Unlock()
-		ls, err := t.open(ctx, key, segs)
+		ls, err := t.open(ctx, key, segs) // counts this request as a user
 		if err != nil {
 			return nil, "", err
 		}
 		t.mu.Lock()
 		best, how = ls, "new"
+	} else {
+		best.users++
 	}
-	best.users++
 	t.mu.Unlock()
 	select {
 	case best.lock <- struct{}{}:
@@ -199,7 +200,7 @@ func (t *sessionTable) open(ctx context.Context, key string, segs []string) (*li
 		return nil, err
 	}
 	r := resp.GetOpenSession()
-	ls := &liveSession{id: r.GetSessionId(), key: key, segs: segs, contextTokens: int(r.GetContextTokens()), lastUsed: time.Now(), lock: make(chan struct{}, 1)}
+	ls := &liveSession{id: r.GetSessionId(), key: key, segs: segs, contextTokens: int(r.GetContextTokens()), lastUsed: time.Now(), lock: make(chan struct{}, 1), users: 1}
 	t.mu.Lock()
 	t.live = append(t.live, ls)
 	t.mu.Unlock()
