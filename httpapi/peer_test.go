@@ -16,29 +16,33 @@ import (
 	"github.com/ctxd/ctxd/sidecar"
 )
 
-// TestSocketUID: inet_diag names the owner of a loopback peer's socket.
+// TestSocketUID: inet_diag names the owner of a loopback peer's socket,
+// over IPv4 and IPv6.
 func TestSocketUID(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	uid, err := socketUID(s.RemoteAddr().(*net.TCPAddr), s.LocalAddr().(*net.TCPAddr))
-	if err != nil {
-		t.Skipf("inet_diag unavailable here: %v", err)
-	}
-	if int(uid) != os.Getuid() {
-		t.Errorf("peer socket uid %d, we are %d", uid, os.Getuid())
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0"} {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Logf("%s: %v (skipped)", addr, err)
+			continue
+		}
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		uid, err := socketUID(s.RemoteAddr().(*net.TCPAddr), s.LocalAddr().(*net.TCPAddr))
+		s.Close()
+		c.Close()
+		ln.Close()
+		if err != nil {
+			t.Skipf("inet_diag unavailable here: %v", err)
+		}
+		if int(uid) != os.Getuid() {
+			t.Errorf("%s: peer socket uid %d, we are %d", addr, uid, os.Getuid())
+		}
 	}
 }
 
