@@ -42,7 +42,7 @@ type wireMessage struct {
 }
 
 // textContent joins a content string or an array of text parts.
-func textContent(t *testing.T, raw json.RawMessage) string {
+func textContent(t testing.TB, raw json.RawMessage) string {
 	if len(raw) == 0 || string(raw) == "null" {
 		return ""
 	}
@@ -64,7 +64,7 @@ func textContent(t *testing.T, raw json.RawMessage) string {
 }
 
 // loadSession reads one recorded session folder, in request order.
-func loadSession(t *testing.T, dir string) []recorded {
+func loadSession(t testing.TB, dir string) []recorded {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil || len(files) == 0 {
@@ -216,4 +216,28 @@ func mustFallback(t *testing.T) *Template {
 		t.Fatal(err)
 	}
 	return tm
+}
+
+// BenchmarkRender renders the longest recorded Qwen Code request (14
+// messages, 15 tools, ≈ 80k characters) with each template family.
+func BenchmarkRender(b *testing.B) {
+	reqs := loadSession(b, filepath.Join(testmodel.AgentRequests(b), "qwen_tools"))
+	r := reqs[len(reqs)-1]
+	for _, rt := range realTemplates[:6] {
+		src, err := os.ReadFile(filepath.Join("testdata", rt.file))
+		if err != nil {
+			b.Fatal(err)
+		}
+		tm, err := NewTemplate(ModelInfo{ChatTemplate: string(src), BOS: rt.bos, EOS: rt.eos, Now: testClock})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(rt.file, func(b *testing.B) {
+			for b.Loop() {
+				if _, err := tm.Render(r.msgs, r.tools); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
