@@ -129,9 +129,9 @@ generate:
 # install puts the binaries in $(PREFIX)/bin and the systemd user units in
 # $(UNITDIR), with ExecStart pointing at the installed ctxd. HOME, PREFIX and
 # UNITDIR may be overridden (e.g. a scratch home for tests); INSTALL_BINARIES
-# names what is copied (default: the built binaries, ctxtrace when built).
+# names what is copied (default: the built binaries, each once).
 UNITDIR     ?= $(HOME)/.config/systemd/user
-INSTALL_BINARIES ?= $(BINARIES) $(wildcard bin/ctxtrace)
+INSTALL_BINARIES ?= $(BINARIES)
 install: build
 	install -d "$(PREFIX)/bin" "$(UNITDIR)"
 	install -m 0755 $(INSTALL_BINARIES) "$(PREFIX)/bin/"

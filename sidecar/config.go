@@ -39,7 +39,9 @@ type Config struct {
 	MaxConns         int
 
 	// Beyond the window (hot-set mode). HotTokens 0 keeps sessions dense:
-	// every token resident, at most ContextTokens.
+	// every token resident, at most ContextTokens. HotAuto derives the
+	// budget at load (policy.AutoHotBudget: the trained window, bounded by
+	// memory, then by the turn-latency target).
 	HotTokens    int    // the engine's hot budget in tokens
 	Window       int    // positions stay below this; 0 = the model's trained context
 	BlockTokens  int    // block size; 0 = DefaultConfig's
@@ -130,7 +132,7 @@ func (c *Config) fill() error {
 	if c.ContextTokens < 0 {
 		return fmt.Errorf("%w: --ctx %d", ErrConfig, c.ContextTokens)
 	}
-	if c.HotTokens < 0 || c.Window < 0 || c.BlockTokens < 0 || c.SinkTokens < 0 || c.RecentTokens < 0 || c.ArenaBytes < 0 {
+	if (c.HotTokens < 0 && c.HotTokens != HotAuto) || c.Window < 0 || c.BlockTokens < 0 || c.SinkTokens < 0 || c.RecentTokens < 0 || c.ArenaBytes < 0 {
 		return fmt.Errorf("%w: negative hot-set setting", ErrConfig)
 	}
 	if !c.KVType.Valid() {
@@ -141,6 +143,10 @@ func (c *Config) fill() error {
 	}
 	return nil
 }
+
+// HotAuto as Config.HotTokens derives the hot budget from the model and
+// the machine at load.
+const HotAuto = -1
 
 // ErrConfig reports an invalid configuration value.
 var ErrConfig = errors.New("invalid configuration")

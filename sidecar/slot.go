@@ -357,6 +357,10 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 	// Config that was not filled gets them here.
 	d := DefaultConfig()
 	orDefault(&hc.block, d.BlockTokens)
+	auto := hc.budget == HotAuto
+	if auto {
+		hc.budget = policy.AutoHotBudget(hc.window, int(capa.MemoryTokens), hc.block)
+	}
 	if cfg.NoSinks {
 		hc.sinks = 0
 	} else {
@@ -367,7 +371,9 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 	}
 	hc.limit = min(hc.budget, hc.window)
 	hc.reserve = hc.block / 2
-	if need := hc.sinks + hc.recent + 2*hc.block + hc.reserve; need > hc.limit {
+	if need := hc.sinks + hc.recent + 2*hc.block + hc.reserve; need > hc.limit && auto {
+		return hotConfig{}, nil // too small a window or memory for a hot set: dense
+	} else if need > hc.limit {
 		return hotConfig{}, fmt.Errorf("%w: hot budget %d (window %d) is smaller than sinks %d + recent %d + two blocks of %d + decode reserve %d = %d",
 			ErrConfig, hc.budget, hc.window, hc.sinks, hc.recent, hc.block, hc.reserve, need)
 	}

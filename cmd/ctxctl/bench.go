@@ -22,7 +22,7 @@ import (
 
 func cmdBench(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError{fmt.Errorf("which benchmark? replay, socket, resume, crash, trace or fair")}
+		return usageError{fmt.Errorf("which benchmark? replay, socket, resume, crash, trace, fair, speed or http")}
 	}
 	switch args[0] {
 	case "replay":
@@ -39,8 +39,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return benchFair(ctx, e, args[1:])
 	case "speed":
 		return benchSpeed(ctx, e, args[1:])
+	case "http":
+		return benchHTTP(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed)", args[0])}
+	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed, http)", args[0])}
 }
 
 func defaultModel() string {

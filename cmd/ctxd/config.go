@@ -14,6 +14,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -48,6 +49,7 @@ func (e *valueError) Unwrap() []error { return []error{errInvalidValue, e.Err} }
 // config is ctxd's merged configuration.
 type config struct {
 	server    sidecar.Config
+	http      httpapi.Config
 	logLevel  slog.Level
 	logFormat string
 
@@ -80,6 +82,8 @@ func newConfig() *config {
 	c.server = sidecar.DefaultConfig()
 	sc := &c.server
 	sc.BackendDir = defaultBackendDir()
+	sc.HotTokens = sidecar.HotAuto
+	c.http.Addr, c.http.MaxSessions = httpapi.DefaultAddr, 16
 	c.settings = []*setting{
 		bind("model", "GGUF model to load at start (optional: clients may load one)", &sc.ModelPath, pathCodec, nil),
 		bind("ctx", "KV context in tokens (0: derived from free memory and the model's maximum; may exceed the trained context, with a warning)", &sc.ContextTokens, intCodec, nonNegative),
@@ -95,7 +99,7 @@ func newConfig() *config {
 		bind("device", "device to offload to: a name (Vulkan0, CUDA0), a backend (vulkan, cuda), cpu, or empty for the GPU with the most free memory", &sc.Device, stringCodec, nil),
 		bind("gpu-layers", "transformer blocks on the device (0: every one that fits its free memory with the weights, compute buffers and hot-set KV)", &sc.GPULayers, intCodec, nonNegative),
 		bind("allow-uids", "uids allowed besides our own (comma-separated; an array in the file)", &sc.AllowUIDs, uidsCodec, nil),
-		bind("hot", "hot-set budget in tokens: sessions grow beyond it, parked in host RAM (0: dense, sessions limited to ctx)", &sc.HotTokens, intCodec, nonNegative),
+		bind("hot", "hot-set budget in tokens: sessions grow beyond it, parked in host RAM (auto: the trained window, bounded by memory and turn-latency; with an explicit ctx, auto means dense; 0: dense, sessions limited to ctx)", &sc.HotTokens, hotCodec, nil).printedAs(func() string { return hotText(sc.HotTokens) }),
 		bind("window", "with hot: positions stay below this (0: the model's trained context)", &sc.Window, intCodec, nonNegative),
 		bind("block", "with hot: block size in tokens", &sc.BlockTokens, intCodec, positive),
 		bind("sinks", "with hot: attention-sink tokens kept hot (0: none, a plain sliding window)", &sc.SinkTokens, intCodec, nonNegative),
@@ -109,6 +113,10 @@ func newConfig() *config {
 		bind("auto-snapshots", "automatic snapshots kept (closed, idle and shutdown sessions)", &sc.AutoSnapshots, intCodec, positive),
 		bind("turn-latency", "with hot: the hot budget is lowered until a turn of turn-suffix tokens prefills within this on this machine (negative: off)", &sc.TurnLatency, durationCodec, nil),
 		bind("turn-suffix", "with hot: the new tokens of a worst-case turn", &sc.TurnSuffixTokens, intCodec, positive),
+		bind("http", "serve the OpenAI- and Ollama-compatible HTTP API at this host:port (off: none; a non-loopback address needs api-key)", &c.http.Addr, stringCodec, notEmpty),
+		secret(bind("api-key", "require this Bearer token on HTTP requests, and allow non-loopback peers (empty: loopback peers of ctxd's uid only)", &c.http.APIKey, stringCodec, nil)),
+		bind("model-name", "model id the HTTP API reports and accepts (empty: the GGUF file's stem)", &c.http.ModelName, stringCodec, nil),
+		bind("http-sessions", "live HTTP sessions kept; the least recently used idle one is closed (and snapshotted) first", &c.http.MaxSessions, intCodec, positive),
 		bind("metrics-addr", "serve Prometheus /metrics over HTTP at this host:port, e.g. 127.0.0.1:9464 (empty: off)", &sc.MetricsAddr, stringCodec, nil),
 		bind("log-level", "debug, info, warn or error", &c.logLevel, levelCodec, nil),
 		bind("log-format", "auto, text, plain (no timestamps) or journal (no timestamps, syslog priority prefix); auto: journal when stderr is the journal, plain when it is not a terminal", &c.logFormat, stringCodec, oneOf(logAuto, logText, logPlain, logJournal)),
@@ -333,6 +341,68 @@ var durationCodec = codec[time.Duration]{
 		}
 		return 0, wrongType(a, "a duration string such as \"90s\"")
 	},
+}
+
+// hotCodec reads the hot budget: "auto" (sidecar.HotAuto) or tokens.
+var hotCodec = codec[int]{
+	typeName: "auto|int",
+	parse: func(s string) (int, error) {
+		if strings.TrimSpace(s) == "auto" {
+			return sidecar.HotAuto, nil
+		}
+		v, err := intCodec.parse(s)
+		if err == nil && v < 0 {
+			err = errors.New(`must not be negative (or "auto")`)
+		}
+		return v, err
+	},
+	decode: func(a any) (int, error) {
+		if s, ok := a.(string); ok {
+			if s == "auto" {
+				return sidecar.HotAuto, nil
+			}
+			return 0, errors.New(`want "auto" or a number of tokens`)
+		}
+		v, err := intCodec.decode(a)
+		if err == nil && v < 0 {
+			err = errors.New(`must not be negative (or "auto")`)
+		}
+		return v, err
+	},
+}
+
+// resolveAuto settles settings whose default depends on others: hot =
+// auto with an explicitly set ctx asks for a dense context of that size.
+func (c *config) resolveAuto() {
+	if c.server.HotTokens == sidecar.HotAuto && c.setting("ctx").source != "default" {
+		c.server.HotTokens = 0
+		c.setting("hot").source = "auto: dense, since ctx is set"
+	}
+}
+
+func hotText(v int) string {
+	if v == sidecar.HotAuto {
+		return `"auto"`
+	}
+	return strconv.Itoa(v)
+}
+
+// printedAs replaces how print-config writes the setting's value.
+func (s *setting) printedAs(f func() string) *setting {
+	s.toTOML = f
+	return s
+}
+
+// secret prints a setting's value masked (print-config, --help).
+func secret(s *setting) *setting {
+	plain := s.toTOML
+	s.toTOML = func() string {
+		if plain() == `""` {
+			return `""`
+		}
+		return `"(set)"`
+	}
+	return s
 }
 
 var boolCodec = codec[bool]{

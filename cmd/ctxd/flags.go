@@ -95,6 +95,7 @@ func parseInvocation(args []string, lookup func(string) (string, bool), stderr i
 			return nil, err
 		}
 	}
+	cfg.resolveAuto()
 	return inv, nil
 }
 

@@ -1,7 +1,10 @@
 // Command ctxd is the long-context KV sidecar daemon.
 //
 //	ctxd [--config FILE] [--model PATH] [--ctx N] [--socket PATH] [--data-dir DIR]
-//	     [--kv-type f16|q8_0] [--flash-attn] [--hot N] ... [--print-config]
+//	     [--kv-type f16|q8_0] [--flash-attn] [--hot auto|N] ... [--http ADDR|off] [--print-config]
+//
+// Besides the Unix socket it serves the OpenAI- and Ollama-compatible HTTP
+// API of package httpapi (default 127.0.0.1:11435).
 //
 // Every setting is also a key of the TOML config file
 // ($XDG_CONFIG_HOME/ctxd/ctxd.toml by default) and an environment variable
@@ -67,8 +70,9 @@ func run(args []string) int {
 	}
 	sc := cfg.serverConfig()
 	sc.Logger, sc.Version = log, version
+	cfg.http.Logger, cfg.http.Version = log, version
 	logBackends(log, sc.BackendDir)
-	return serve(sc, log)
+	return serve(sc, httpSettings{cfg: cfg.http, explicit: cfg.setting("http").source != "default"}, log)
 }
 
 // logBackends loads the GPU backend libraries of dir and says in one line

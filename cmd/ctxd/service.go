@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/systemd"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -25,7 +26,17 @@ const (
 // serve runs the daemon: it takes the socket the service manager passed
 // (or creates its own), loads the model, tells the manager it is ready,
 // and serves until SIGTERM or SIGINT.
-func serve(sc sidecar.Config, log *slog.Logger) int {
+// httpSettings configure the HTTP API; explicit is false for the default
+// address, which ctxd skips with a warning when it is taken.
+type httpSettings struct {
+	cfg      httpapi.Config
+	explicit bool
+}
+
+// httpOff as the http setting turns the HTTP API off.
+const httpOff = "off"
+
+func serve(sc sidecar.Config, hs httpSettings, log *slog.Logger) int {
 	notifier, err := systemd.NotifierFromEnv()
 	if err != nil {
 		log.Warn("not notifying the service manager", "err", err)
@@ -78,6 +89,20 @@ func serve(sc sidecar.Config, log *slog.Logger) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	var door *httpapi.Server
+	var doorLn net.Listener
+	if hs.cfg.Addr != httpOff {
+		door = httpapi.New(srv, hs.cfg)
+		if doorLn, err = door.Listen(); err != nil {
+			if hs.explicit {
+				setStatus("failed: " + err.Error())
+				fmt.Fprintf(os.Stderr, "ctxd: http: %v\n", err)
+				return 1
+			}
+			log.Warn("HTTP API off: its default address is not available (set --http ADDR, or --http off)", "addr", hs.cfg.Addr, "err", err)
+			door = nil
+		}
+	}
 
 	// The socket listens already: a client connecting now is queued and
 	// served once Serve accepts, so the daemon is ready.
@@ -101,7 +126,17 @@ func serve(sc sidecar.Config, log *slog.Logger) int {
 		}
 	}
 
+	var doorWG sync.WaitGroup
+	if door != nil {
+		doorWG.Go(func() {
+			if err := door.Serve(ctx, doorLn); err != nil {
+				log.Error("HTTP API stopped", "err", err)
+			}
+		})
+	}
 	err = srv.Serve(ctx, ln)
+	stop() // the HTTP API ends with the socket
+	doorWG.Wait()
 	endLoops()
 	wg.Wait()
 	notify("stopping", func(ctx context.Context) error { return notifier.Stopping(ctx, "shutting down") })

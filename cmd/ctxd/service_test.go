@@ -253,6 +253,8 @@ func TestMakeInstall(t *testing.T) {
 		}
 	}
 	install()
+	install() // twice in a row: nothing is listed twice or left behind
+	defaultInstall(t, mk, root, self)
 
 	unitDir := filepath.Join(home, ".config", "systemd", "user")
 	for _, name := range []string{"ctxd", "ctxctl"} {
@@ -307,5 +309,47 @@ func TestMakeInstall(t *testing.T) {
 	// any output is a finding.
 	if err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("systemd-analyze --user verify: %v\n%s", err, out)
+	}
+}
+
+// defaultInstall runs make install twice in a row with the default binary
+// list, as after make build or make run, when bin/ holds every binary
+// (ctxtrace once listed twice made install(1) refuse: "will not overwrite
+// just-created ..."). It runs a copy of the Makefile in a scratch tree whose
+// bin/ holds copies of self, so nothing is built.
+func defaultInstall(t *testing.T, mk, root string, self []byte) {
+	t.Helper()
+	tree := t.TempDir()
+	home, prefix := filepath.Join(tree, "home"), filepath.Join(tree, "prefix")
+	for _, dir := range []string{"bin", "deploy/systemd"} {
+		if err := os.MkdirAll(filepath.Join(tree, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"Makefile", "deploy/systemd/ctxd.service", "deploy/systemd/ctxd.socket"} {
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tree, f), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := []string{"ctxd", "ctxctl", "ctxtrace"}
+	for _, name := range names {
+		if err := os.WriteFile(filepath.Join(tree, "bin", name), self, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		args := []string{"-C", tree, "-o", "build", "install", "HOME=" + home, "PREFIX=" + prefix}
+		if out, err := exec.Command(mk, args...).CombinedOutput(); err != nil {
+			t.Fatalf("make %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	for _, name := range names {
+		if st, err := os.Stat(filepath.Join(prefix, "bin", name)); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("default make install: %s: %v %v, want mode 0755", name, st, err)
+		}
 	}
 }

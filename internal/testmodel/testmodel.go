@@ -1,6 +1,6 @@
 // Package testmodel finds the real models and traces that ctxd's tests
 // use: ../shared beside the checkout, or the files named by CTXD_MODEL,
-// CTXD_NEEDLE_MODEL and CTXD_TRACES. A missing file fails the test: no
+// CTXD_NEEDLE_MODEL, CTXD_TRACES and CTXD_AGENT_REQUESTS. A missing file fails the test: no
 // engine test is skipped for lack of its model.
 package testmodel
 
@@ -23,6 +23,11 @@ func Needle(t testing.TB) string {
 // Traces is the folder of SWE-agent trajectories.
 func Traces(t testing.TB) string {
 	return find(t, "CTXD_TRACES", "traces")
+}
+
+// AgentRequests is the folder of recorded coding-agent HTTP requests.
+func AgentRequests(t testing.TB) string {
+	return find(t, "CTXD_AGENT_REQUESTS", "agent-requests")
 }
 
 func find(t testing.TB, env, rel string) string {

@@ -1,0 +1,57 @@
+package httpapi
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Config configures the HTTP front door. Zero values take the defaults of
+// fill, defined here only.
+type Config struct {
+	// Addr is the host:port to listen on (DefaultAddr).
+	Addr string
+	// APIKey, when set, is required as "Authorization: Bearer KEY" and
+	// allows non-loopback peers.
+	APIKey string
+	// ModelName is the model id the endpoints report and accept; "" is the
+	// GGUF file's stem.
+	ModelName string
+	// MaxBodyBytes bounds a request body (default 32 MiB: agents send
+	// prompts of a few hundred KiB; long sessions reach a few MiB).
+	MaxBodyBytes int64
+	// MaxSessions caps the live sessions the door keeps (default 16); the
+	// least recently used idle one is closed first.
+	MaxSessions int
+	// KeepAlive is the longest a streaming response stays silent while a
+	// prompt is prefilled (default 5 s; clients give up after 10 s or more
+	// of no parsed chunk in the worst case we know of).
+	KeepAlive time.Duration
+	// Version is what /api/version reports.
+	Version string
+	Logger  *slog.Logger
+}
+
+// DefaultAddr is where ctxd serves HTTP unless told otherwise: loopback,
+// one port above Ollama's 11434.
+const DefaultAddr = "127.0.0.1:11435"
+
+func (c *Config) fill() {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 32 << 20
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = 16
+	}
+	if c.KeepAlive <= 0 {
+		c.KeepAlive = 5 * time.Second
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}

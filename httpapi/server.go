@@ -1,0 +1,199 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar"
+)
+
+// Backend is the daemon as the door drives it: the same Handle the
+// Unix-socket connections call, and a connection id of the door's own.
+// *sidecar.Server implements it.
+type Backend interface {
+	Handle(ctx context.Context, connID uint64, req *pb.Request, emit sidecar.Emitter) *pb.Response
+	NewConnID() uint64
+}
+
+// Server serves the HTTP APIs in front of one Backend.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	backend Backend
+	connID  uint64
+	peers   *peerCheck
+	models  *modelCache
+	table   *sessionTable
+	mux     *http.ServeMux
+	started time.Time
+
+	mu  sync.Mutex
+	hs  *http.Server
+	wg  sync.WaitGroup // requests in flight
+	end context.CancelFunc
+}
+
+// New builds the door in front of backend.
+func New(backend Backend, cfg Config) *Server {
+	cfg.fill()
+	s := &Server{cfg: cfg, log: cfg.Logger.With("api", "http"), backend: backend, started: time.Now()}
+	s.connID = backend.NewConnID()
+	s.peers = newPeerCheck(cfg.APIKey != "", s.log)
+	s.models = &modelCache{srv: s}
+	s.table = newSessionTable(s)
+	s.mux = http.NewServeMux()
+	s.routes()
+	return s
+}
+
+// Handler is the door as an http.Handler (tests, embedding).
+func (s *Server) Handler() http.Handler { return http.HandlerFunc(s.serveHTTP) }
+
+// Listen opens the listening socket: a loopback address unless an API key
+// is configured.
+func (s *Server) Listen() (net.Listener, error) {
+	host, _, err := net.SplitHostPort(s.cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: http address %q: %v", ErrBadRequest, s.cfg.Addr, err)
+	}
+	if s.cfg.APIKey == "" && !isLoopbackHost(host) {
+		return nil, fmt.Errorf("%w: http address %s is not loopback: set an API key (--api-key or CTXD_API_KEY) to serve other hosts", ErrForbidden, s.cfg.Addr)
+	}
+	return net.Listen("tcp", s.cfg.Addr)
+}
+
+// Serve answers HTTP on ln until ctx ends; then it stops accepting,
+// cancels requests in flight and closes the door's sessions.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		ReadHeaderTimeout: 30 * time.Second,
+		ConnContext:       s.peers.connContext,
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	s.mu.Lock()
+	s.hs, s.end = hs, cancel
+	s.mu.Unlock()
+	s.log.Info("serving HTTP (OpenAI and Ollama APIs)", "addr", ln.Addr().String(), "auth", map[bool]string{true: "api key", false: "loopback, same uid"}[s.cfg.APIKey != ""])
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	cancel() // requests in flight end: their contexts derive from ctx
+	t0 := time.Now()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	hs.Shutdown(sctx)
+	scancel()
+	s.wg.Wait()
+	s.log.Debug("HTTP shut down", "took", time.Since(t0))
+	s.table.closeAll(context.Background())
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (s *Server) routes() {
+	s.mux.HandleFunc("POST /v1/chat/completions", s.openaiChat)
+	s.mux.HandleFunc("POST /v1/completions", s.openaiCompletions)
+	s.mux.HandleFunc("GET /v1/models", s.openaiModels)
+	s.mux.HandleFunc("GET /v1/models/{id...}", s.openaiModel)
+	s.mux.HandleFunc("POST /api/chat", s.ollamaChat)
+	s.mux.HandleFunc("POST /api/generate", s.ollamaGenerate)
+	s.mux.HandleFunc("GET /api/tags", s.ollamaTags)
+	s.mux.HandleFunc("POST /api/show", s.ollamaShow)
+	s.mux.HandleFunc("GET /api/version", s.ollamaVersion)
+	s.mux.HandleFunc("GET /api/ps", s.ollamaPS)
+	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ctxd is running\n") // Ollama clients probe /
+	})
+	s.mux.HandleFunc("HEAD /{$}", func(w http.ResponseWriter, r *http.Request) {})
+}
+
+// serveHTTP checks the peer and the key, bounds the body and routes.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	s.wg.Add(1)
+	defer s.wg.Done()
+	ollama := strings.HasPrefix(r.URL.Path, "/api/")
+	if err := s.peers.allow(r, s.cfg.APIKey); err != nil {
+		writeError(w, ollama, err)
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if _, pattern := s.mux.Handler(r); pattern == "" {
+		writeError(w, ollama, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",
+			message: fmt.Sprintf("%s %s is not an endpoint of ctxd (OpenAI: /v1/chat/completions, /v1/completions, /v1/models; Ollama: /api/chat, /api/generate, /api/tags, /api/show, /api/version, /api/ps)", r.Method, r.URL.Path),
+			cause:   ErrNotFound})
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// decodeBody reads a JSON request body into v with a clear error for
+// malformed JSON and for bodies over the limit.
+func (s *Server) decodeBody(r *http.Request, v any) error {
+	body, err := io.ReadAll(r.Body)
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return &apiError{status: http.StatusRequestEntityTooLarge, typ: "invalid_request_error", code: "request_too_large",
+			message: fmt.Sprintf("request body over %d bytes (ctxd's limit)", tooBig.Limit), cause: ErrBadRequest}
+	case err != nil:
+		return badRequest("reading the request body: %v", err)
+	case len(body) == 0:
+		return badRequest("empty request body: expected a JSON object")
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return badRequest("malformed JSON in the request body at byte %d: %v", se.Offset, err)
+		case errors.As(err, &te):
+			return badRequest("request field %q: expected %s, got JSON %s", te.Field, te.Type, te.Value)
+		}
+		return badRequest("malformed JSON in the request body: %v", err)
+	}
+	return nil
+}
+
+// writeError answers err in the shape of the API: OpenAI
+// {"error":{"message","type","code"}}, Ollama {"error":"..."}.
+func writeError(w http.ResponseWriter, ollama bool, err error) {
+	ae := toAPIError(err)
+	w.Header().Set("Content-Type", "application/json")
+	status := ae.status
+	if status == 499 {
+		status = http.StatusServiceUnavailable // the client is gone; this is only for logs
+	}
+	w.WriteHeader(status)
+	if ollama {
+		json.NewEncoder(w).Encode(map[string]string{"error": ae.message})
+		return
+	}
+	var code any
+	if ae.code != "" {
+		code = ae.code
+	}
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": ae.message, "type": ae.typ, "code": code, "param": nil}})
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}

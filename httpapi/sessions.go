@@ -1,0 +1,285 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// Requests to sessions. HTTP requests are one-shots; the door keeps a
+// table of live ctxd sessions and sends each request to one of them:
+//
+//  1. The affinity key: header x-session-id, else x-session-affinity, else
+//     the body's prompt_cache_key, else user. Only sessions with the same
+//     key (or, without one, sessions without a key) are candidates.
+//  2. The family: the request's first segment (its system prompt) must
+//     share at least half of the shorter one's text with the candidate's.
+//     A side request (a memory extractor, a title generator) has another
+//     system prompt, so it gets a session of its own and the main
+//     conversation's KV stays where it is; a system prompt rebuilt with
+//     today's date stays in its family.
+//  3. Among the candidates, the longest common prefix of rendered segment
+//     text wins (ties: the most recently used); none: a new session.
+//
+// An identical retried body lands on the same session and reuses all of
+// it. A session runs one request at a time; a second waits for it. The
+// table holds at most MaxSessions; opening one more closes the least
+// recently used idle session (the daemon snapshots it on close, so its
+// KV resumes later from the SSD tier or the arena).
+
+type liveSession struct {
+	id            uint64 // the daemon's session id
+	key           string
+	segs          []string // rendered text of the last request's segments
+	contextTokens int      // the session's token limit
+	lastUsed      time.Time
+	lock          chan struct{} // one request at a time
+	users         int           // requests holding or waiting for lock (guarded by the table)
+	closed        bool
+}
+
+type sessionTable struct {
+	srv  *Server
+	mu   sync.Mutex
+	live []*liveSession
+}
+
+func newSessionTable(s *Server) *sessionTable { return &sessionTable{srv: s} }
+
+// sessionKey is the request's affinity key.
+func sessionKey(h http.Header, promptCacheKey, user string) string {
+	for _, k := range []string{h.Get("X-Session-Id"), h.Get("X-Session-Affinity"), promptCacheKey, user} {
+		if k != "" {
+			return k
+		}
+	}
+	return ""
+}
+
+func segmentTexts(m policy.Manifest) []string {
+	out := make([]string, len(m.Segments))
+	for i, seg := range m.Segments {
+		out[i] = seg.Text
+	}
+	return out
+}
+
+// sameFamily reports whether two requests' first segments (system
+// prompts) share at least half of the shorter one.
+func sameFamily(a, b []string) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	n := min(len(a[0]), len(b[0]))
+	if n == 0 {
+		return len(a[0]) == len(b[0])
+	}
+	return 2*commonChars(a[0], b[0]) >= n
+}
+
+func commonChars(a, b string) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+// commonText is the length of the common prefix of two segment lists'
+// concatenated text, counted segment by segment.
+func commonText(a, b []string) int {
+	total := 0
+	for i := 0; i < min(len(a), len(b)); i++ {
+		c := commonChars(a[i], b[i])
+		total += c
+		if c < len(a[i]) || c < len(b[i]) {
+			break
+		}
+	}
+	return total
+}
+
+// sessionName labels a daemon session: its key and a tag of its first
+// segment, so a conversation and its side requests keep automatic
+// snapshots ("auto-NAME") of their own.
+func sessionName(key string, segs []string) string {
+	first := ""
+	if len(segs) > 0 {
+		first = segs[0]
+	}
+	h := sha256.Sum256([]byte(first))
+	name := "http-" + hex.EncodeToString(h[:4])
+	if key != "" {
+		name += "-" + key
+	}
+	return name[:min(len(name), 200)]
+}
+
+// acquire finds or opens the session for a request and locks it; release
+// must follow. It returns how the session was chosen, for logs and the
+// X-Ctxd-Session header.
+func (t *sessionTable) acquire(ctx context.Context, key string, m policy.Manifest) (*liveSession, string, error) {
+	segs := segmentTexts(m)
+	t.mu.Lock()
+	var best *liveSession
+	bestN := -1
+	for _, ls := range t.live {
+		if ls.closed || ls.key != key || !sameFamily(ls.segs, segs) {
+			continue
+		}
+		n := commonText(ls.segs, segs)
+		if n > bestN || (n == bestN && ls.lastUsed.After(best.lastUsed)) {
+			best, bestN = ls, n
+		}
+	}
+	how := "prefix"
+	if key != "" {
+		how = "key"
+	}
+	if best == nil {
+		t.mu.Unlock()
+		ls, err := t.open(ctx, key, segs) // counts this request as a user
+		if err != nil {
+			return nil, "", err
+		}
+		t.mu.Lock()
+		best, how = ls, "new"
+	} else {
+		best.users++
+	}
+	t.mu.Unlock()
+	select {
+	case best.lock <- struct{}{}:
+	case <-ctx.Done():
+		t.mu.Lock()
+		best.users--
+		t.mu.Unlock()
+		return nil, "", fmt.Errorf("%w: waiting for the session's previous request: %w", protocol.ErrCancelled, ctx.Err())
+	}
+	t.mu.Lock()
+	closed := best.closed
+	t.mu.Unlock()
+	if closed { // closed while we waited: start over
+		t.release(best, nil)
+		return t.acquire(ctx, key, m)
+	}
+	return best, how, nil
+}
+
+// release unlocks a session; segs, when set, is what it now holds.
+func (t *sessionTable) release(ls *liveSession, segs []string) {
+	t.mu.Lock()
+	if segs != nil {
+		ls.segs = segs
+	}
+	ls.lastUsed = time.Now()
+	ls.users--
+	t.mu.Unlock()
+	<-ls.lock
+}
+
+// open opens a daemon session, closing the least recently used idle one
+// first when the table is full.
+func (t *sessionTable) open(ctx context.Context, key string, segs []string) (*liveSession, error) {
+	t.evict(ctx, 1)
+	name := sessionName(key, segs)
+	resp := t.srv.backend.Handle(ctx, t.srv.connID, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: name}}}, nil)
+	if resp.GetError() != nil {
+		err := protocol.FromWire(resp.GetError())
+		t.srv.noteError(err)
+		return nil, err
+	}
+	r := resp.GetOpenSession()
+	ls := &liveSession{id: r.GetSessionId(), key: key, segs: segs, contextTokens: int(r.GetContextTokens()), lastUsed: time.Now(), lock: make(chan struct{}, 1), users: 1}
+	t.mu.Lock()
+	t.live = append(t.live, ls)
+	t.mu.Unlock()
+	t.srv.log.Debug("session opened", "session", ls.id, "key", key, "live", len(t.live))
+	return ls, nil
+}
+
+// evict closes least recently used idle sessions until room more fit.
+func (t *sessionTable) evict(ctx context.Context, room int) {
+	for {
+		t.mu.Lock()
+		if len(t.live)+room <= t.srv.cfg.MaxSessions {
+			t.mu.Unlock()
+			return
+		}
+		var lru *liveSession
+		for _, ls := range t.live {
+			if ls.users == 0 && (lru == nil || ls.lastUsed.Before(lru.lastUsed)) {
+				lru = ls
+			}
+		}
+		if lru == nil {
+			t.mu.Unlock()
+			return // every session is busy: go over the cap for now
+		}
+		t.removeLocked(lru)
+		t.mu.Unlock()
+		t.srv.log.Info("HTTP session closed (least recently used)", "session", lru.id, "key", lru.key, "cap", t.srv.cfg.MaxSessions)
+		t.closeSession(ctx, lru)
+	}
+}
+
+func (t *sessionTable) removeLocked(ls *liveSession) {
+	ls.closed = true
+	for i, x := range t.live {
+		if x == ls {
+			t.live = append(t.live[:i], t.live[i+1:]...)
+			break
+		}
+	}
+}
+
+func (t *sessionTable) closeSession(ctx context.Context, ls *liveSession) {
+	resp := t.srv.backend.Handle(context.WithoutCancel(ctx), t.srv.connID, &pb.Request{Body: &pb.Request_CloseSession{CloseSession: &pb.CloseSessionRequest{SessionId: ls.id}}}, nil)
+	if e := resp.GetError(); e != nil {
+		t.srv.log.Debug("closing an HTTP session", "session", ls.id, "err", protocol.FromWire(e))
+	}
+}
+
+// drop forgets a session the daemon no longer knows (it failed in a way
+// that leaves it unusable), closing it there too.
+func (t *sessionTable) drop(ctx context.Context, ls *liveSession) {
+	t.mu.Lock()
+	t.removeLocked(ls)
+	t.mu.Unlock()
+	t.closeSession(ctx, ls)
+}
+
+// closeAll closes every session (shutdown).
+func (t *sessionTable) closeAll(ctx context.Context) {
+	t.mu.Lock()
+	all := t.live
+	t.live = nil
+	for _, ls := range all {
+		ls.closed = true
+	}
+	t.mu.Unlock()
+	for _, ls := range all {
+		t.closeSession(ctx, ls)
+	}
+}
+
+// snapshot lists the live sessions for /api/ps and tests.
+func (t *sessionTable) snapshot() []liveSession {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]liveSession, len(t.live))
+	for i, ls := range t.live {
+		out[i] = liveSession{id: ls.id, key: ls.key, contextTokens: ls.contextTokens, lastUsed: ls.lastUsed, users: ls.users}
+	}
+	return out
+}

@@ -1,0 +1,29 @@
+// Package chat turns chat conversations (the messages and tool definitions
+// of the OpenAI and Ollama APIs) into ctxd manifests, rendered with the
+// model's own chat template, and parses the model's output back into text
+// and tool calls.
+//
+// Rendering uses the model's tokenizer.chat_template (Jinja, evaluated by
+// github.com/ardanlabs/jinja); a model without one gets the fallback, a
+// ChatML-like layout of plain text markers (see fallback.go). The rendering
+// is cut at message boundaries into segments: the system prompt
+// (policy.KindSystem) and the tool definitions (policy.KindTools), both
+// task_pinned and stable; earlier history (policy.KindUserTurn, and
+// policy.KindTerminal for tool results), stable; the newest messages after
+// the last assistant message and the generation prompt, volatile.
+//
+// Invariants, which every file in this package keeps:
+//
+//   - The concatenation of a manifest's segment texts is exactly the
+//     template's rendering of the conversation (less a leading BOS token
+//     text, which ctxd adds as a token of its own).
+//   - A segment is stable only if appending a reply and a new message to the
+//     conversation renders it again byte for byte at the same offset, so
+//     turn after turn the stable segments of one request are the prefix of
+//     the next and KV reuse is exact. Templates that rewrite earlier
+//     messages (e.g. dropping old reasoning) make those messages volatile.
+//   - Tool-call parsing never drops model output: text that does not parse
+//     as a call of the template's family comes back as text.
+//   - Pure: no cgo, no I/O, no goroutines; the clock is read only through
+//     ModelInfo.Now when a template asks for the date.
+package chat

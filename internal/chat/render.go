@@ -1,0 +1,288 @@
+package chat
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/ctxd/ctxd/policy"
+)
+
+// Segment IDs.
+const (
+	idSystem = "system"
+	idTools  = "tools"
+	idGen    = "gen"
+	idPrompt = "prompt"
+)
+
+// msgID is the ID of the segment that starts with message i.
+func msgID(i int) string { return "msg-" + strconv.Itoa(i) }
+
+// Render renders msgs and tools with the assistant generation prompt and
+// cuts the text at message boundaries into manifest segments, each
+// tokenized on its own by ctxd so reuse is exact turn to turn:
+// system -> policy.KindSystem, tool definitions -> policy.KindTools (both
+// task_pinned, Stable); earlier history -> policy.KindUserTurn
+// (user/assistant) / policy.KindTerminal (tool results), Stable; the newest
+// message(s) after the last assistant message plus the generation prompt ->
+// volatile (Stable false). The concatenation of all segments' Text is
+// exactly the full rendering (less a leading BOS text). Segment IDs are
+// stable ("system", "tools", "msg-<i>", "gen").
+//
+// The cut points are found by rendering every prefix of msgs and keeping
+// those that are a prefix of the full rendering; a message whose rendering
+// depends on later messages is merged with its neighbours. A segment is
+// stable only if two probe continuations (a text reply and a user message;
+// a tool call and its result) render it unchanged.
+func (t *Template) Render(msgs []Message, tools []Tool) (policy.Manifest, error) {
+	if len(msgs) == 0 {
+		return policy.Manifest{}, fmt.Errorf("%w: no messages", ErrMessages)
+	}
+	if err := checkMessages(msgs, tools); err != nil {
+		return policy.Manifest{}, err
+	}
+	full, err := t.text(msgs, tools, true)
+	if err != nil {
+		return policy.Manifest{}, err
+	}
+	n := len(msgs)
+	// bounds[k] is the end of messages[:k] in full, or -1 when rendering
+	// messages[:k] is not a prefix of full.
+	bounds := make([]int, n+1)
+	last := 0
+	for k := 0; k <= n; k++ {
+		bounds[k] = -1
+		s, err := t.text(msgs[:k], tools, false)
+		if err == nil && len(s) >= last && strings.HasPrefix(full, s) {
+			bounds[k] = len(s)
+			last = len(s)
+			continue
+		}
+		if k == 0 || k == n {
+			continue
+		}
+		// Templates that render the last user message apart (Mistral
+		// puts the tools and the system prompt there) render messages[:k]
+		// as history only when more turns follow: cut where such a
+		// rendering departs from full, at the start of the marker both
+		// begin the next message with.
+		s, err = t.text(append(msgs[:k:k], historyProbe...), tools, false)
+		if err != nil {
+			continue
+		}
+		if c := t.markerFloor(full, commonPrefix(s, full)); c > last && c < len(full) {
+			bounds[k] = c
+			last = c
+		}
+	}
+	// The head is everything before the first non-system message: the
+	// template's preamble, the system prompt and the tool definitions.
+	head := 0
+	if msgs[0].Role == RoleSystem && bounds[1] >= 0 {
+		head = 1
+	}
+	headEnd := max(bounds[head], 0) // -1: the preamble goes with the first message
+	var segs []policy.Segment
+	add := func(id string, kind policy.SegmentKind, class policy.CacheClass, from, to int) {
+		if to > from {
+			segs = append(segs, policy.Segment{ID: id, Kind: kind, Class: class, Text: full[from:to]})
+		}
+	}
+	// Split the head into system and tools where rendering it without
+	// tools departs from rendering it with them.
+	sysEnd := headEnd
+	if len(tools) > 0 {
+		sysEnd = 0
+		if s, err := t.text(msgs[:head], nil, false); err == nil {
+			sysEnd = t.markerFloor(full, min(commonPrefix(s, full[:headEnd]), headEnd))
+		}
+	}
+	add(idSystem, policy.KindSystem, policy.ClassTaskPinned, 0, sysEnd)
+	add(idTools, policy.KindTools, policy.ClassTaskPinned, sysEnd, headEnd)
+	// Messages, each from its start to the next cut point.
+	genStart := bounds[n]
+	if genStart < 0 {
+		genStart = len(full)
+	}
+	for i := head; i < n; {
+		from := headEnd
+		if i > head {
+			from = bounds[i]
+		}
+		j := i + 1
+		for j < n && bounds[j] < 0 {
+			j++
+		}
+		to := genStart
+		if j < n {
+			to = bounds[j]
+		}
+		kind := policy.KindUserTurn
+		if msgs[i].Role == RoleTool {
+			kind = policy.KindTerminal
+		}
+		add(msgID(i), kind, policy.ClassUnspecified, from, to)
+		i = j
+	}
+	add(idGen, policy.KindUserTurn, policy.ClassUnspecified, genStart, len(full))
+	if len(segs) == 0 {
+		return policy.Manifest{}, fmt.Errorf("%w: the conversation renders as empty text", ErrMessages)
+	}
+	markStable(segs, t.stableEnd(msgs, tools, full, bounds, headEnd))
+	return policy.Manifest{Segments: segs, Template: t.name}, nil
+}
+
+// stableEnd returns the offset in full up to which the rendering is
+// stable: the end of the last assistant message (the head when there is
+// none), cut back to what both probe continuations render unchanged.
+func (t *Template) stableEnd(msgs []Message, tools []Tool, full string, bounds []int, headEnd int) int {
+	// The end of the last assistant message, or of the last cut point
+	// before it when the template renders a trailing assistant message
+	// differently (Qwen3 adds an empty think block to it).
+	end := headEnd
+	for i := len(msgs) - 1; i >= 0; i-- {
+		if msgs[i].Role == RoleAssistant {
+			for k := i + 1; k > 0; k-- {
+				if bounds[k] >= 0 {
+					end = max(end, bounds[k])
+					break
+				}
+			}
+			break
+		}
+	}
+	for _, cont := range probes {
+		s, err := t.text(append(msgs[:len(msgs):len(msgs)], cont...), tools, false)
+		if err != nil {
+			continue
+		}
+		end = min(end, commonPrefix(s, full))
+	}
+	return end
+}
+
+// probeText is the text of probe messages.
+const probeText = "probe"
+
+// historyProbe follows messages[:k] to render them as history: a user
+// turn, a reply and another user turn, so that the next message is neither
+// the last nor the last user message.
+var historyProbe = []Message{
+	{Role: RoleUser, Content: probeText}, {Role: RoleAssistant, Content: probeText}, {Role: RoleUser, Content: probeText},
+}
+
+// probes are the continuations a stable segment must survive: a text reply
+// and a new user message; a tool call and its result.
+var probes = [][]Message{
+	{{Role: RoleAssistant, Content: probeText}, {Role: RoleUser, Content: probeText}},
+	{
+		{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "probe0001", Name: "probe", Arguments: `{"probe":probeText}`}}},
+		{Role: RoleTool, ToolCallID: "probe0001", Name: "probe", Content: probeText},
+	},
+}
+
+// markStable marks stable every segment that ends at or before end, up to
+// the first that does not.
+func markStable(segs []policy.Segment, end int) {
+	off := 0
+	for i := range segs {
+		off += len(segs[i].Text)
+		if off > end {
+			return
+		}
+		segs[i].Stable = true
+	}
+}
+
+// text renders with t, less a leading BOS text (ctxd adds BOS as a token).
+func (t *Template) text(msgs []Message, tools []Tool, gen bool) (string, error) {
+	s, err := t.render(msgs, tools, gen)
+	if err != nil {
+		return "", err
+	}
+	if t.bos != "" {
+		s = strings.TrimPrefix(s, t.bos)
+	}
+	return s, nil
+}
+
+// RenderPrompt wraps a raw completion prompt (OpenAI /v1/completions,
+// Ollama /api/generate with raw or a system field) as a manifest: no chat
+// formatting when raw (the system text, when given, is a stable system
+// segment before the volatile prompt); otherwise the system and the prompt
+// are rendered as a system and a user message.
+func (t *Template) RenderPrompt(system, prompt string, raw bool) (policy.Manifest, error) {
+	if !raw {
+		var msgs []Message
+		if system != "" {
+			msgs = append(msgs, Message{Role: RoleSystem, Content: system})
+		}
+		return t.Render(append(msgs, Message{Role: RoleUser, Content: prompt}), nil)
+	}
+	if !utf8.ValidString(system) || !utf8.ValidString(prompt) {
+		return policy.Manifest{}, fmt.Errorf("%w: prompt is not valid UTF-8", ErrMessages)
+	}
+	var segs []policy.Segment
+	if system != "" {
+		segs = append(segs, policy.Segment{ID: idSystem, Kind: policy.KindSystem, Class: policy.ClassTaskPinned, Text: system, Stable: true})
+	}
+	if prompt != "" || len(segs) == 0 {
+		segs = append(segs, policy.Segment{ID: idPrompt, Kind: policy.KindUserTurn, Text: prompt})
+	}
+	return policy.Manifest{Segments: segs, Template: "raw"}, nil
+}
+
+// checkMessages rejects roles no template knows and text that is not UTF-8.
+func checkMessages(msgs []Message, tools []Tool) error {
+	for i, m := range msgs {
+		switch m.Role {
+		case RoleSystem, RoleUser, RoleAssistant, RoleTool:
+		default:
+			return fmt.Errorf("%w: message %d: unknown role %q", ErrMessages, i, m.Role)
+		}
+		if !utf8.ValidString(m.Content) || !utf8.ValidString(m.Reasoning) {
+			return fmt.Errorf("%w: message %d: text is not valid UTF-8", ErrMessages, i)
+		}
+	}
+	for i, tl := range tools {
+		if tl.Name == "" {
+			return fmt.Errorf("%w: tool %d has no name", ErrMessages, i)
+		}
+	}
+	return nil
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// markerFloor moves a cut at i in s back to the start of the control
+// marker it falls in (e.g. "[INST]" in "...</s>[INST]", when the renderings
+// compared depart after the "["), then to the start of its rune. Cuts found
+// as where two renderings depart would otherwise split the marker both
+// share the start of.
+func (t *Template) markerFloor(s string, i int) int {
+	for _, m := range t.markers {
+		lo := max(0, i-len(m)+1)
+		if j := strings.Index(s[lo:min(len(s), i+len(m)-1)], m); j >= 0 && lo+j < i {
+			i = lo + j
+		}
+	}
+	return runeFloor(s, i)
+}
+
+// runeFloor moves i back to the start of the rune it falls in.
+func runeFloor(s string, i int) int {
+	for i > 0 && i < len(s) && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return i
+}
