@@ -72,7 +72,7 @@ func (t *Template) Render(msgs []Message, tools []Tool) (policy.Manifest, error)
 		if err != nil {
 			continue
 		}
-		if c := t.markerFloor(full, commonPrefix(s, full)); c > last && c < len(full) {
+		if c := t.endFloor(full, last, t.markerFloor(full, commonPrefix(s, full))); c > last && c < len(full) {
 			bounds[k] = c
 			last = c
 		}
@@ -277,6 +277,27 @@ func (t *Template) markerFloor(s string, i int) int {
 		}
 	}
 	return runeFloor(s, i)
+}
+
+// endFloor moves a cut at i back to just after the last end-of-turn marker
+// (a stop string, and the newlines after it) in s[lo:i], when there is one:
+// where two renderings depart, they may already share the header of the
+// next message ("<|im_start|>" or "<|im_start|>user\n"), which belongs to
+// the next segment.
+func (t *Template) endFloor(s string, lo, i int) int {
+	best := -1
+	for _, m := range t.stops {
+		if j := strings.LastIndex(s[lo:i], m); j >= 0 {
+			best = max(best, lo+j+len(m))
+		}
+	}
+	if best < 0 {
+		return i
+	}
+	for best < i && s[best] == '\n' {
+		best++
+	}
+	return best
 }
 
 // runeFloor moves i back to the start of the rune it falls in.
