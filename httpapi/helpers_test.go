@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +28,7 @@ type door struct {
 	base    string // http://127.0.0.1:PORT
 	openai  openai.Client
 	stopped chan struct{}
+	close   func() // stops the door and the daemon (also at cleanup)
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -45,6 +47,9 @@ func startDoor(t *testing.T, sc sidecar.Config, hc Config) *door {
 	}
 	if sc.ArenaBytes == 0 {
 		sc.ArenaBytes = 64 << 20
+	}
+	if sc.TurnLatency == 0 {
+		sc.TurnLatency = -1 // no prefill timing at load: tests need no latency bound
 	}
 	sc.Logger = testLogger(t)
 	p, err := sidecar.StartPrivate(sc)
@@ -72,11 +77,15 @@ func startDoor(t *testing.T, sc sidecar.Config, hc Config) *door {
 		opts[1] = option.WithAPIKey(hc.APIKey)
 	}
 	d.openai = openai.NewClient(opts...)
-	t.Cleanup(func() {
-		cancel()
-		<-d.stopped
-		p.Stop()
-	})
+	var once sync.Once
+	d.close = func() {
+		once.Do(func() {
+			cancel()
+			<-d.stopped
+			p.Stop()
+		})
+	}
+	t.Cleanup(d.close)
 	return d
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/internal/chat"
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 // Ollama's /api endpoints. Streams are NDJSON and on by default, as in
@@ -278,6 +277,7 @@ func (s *Server) serveOllama(w http.ResponseWriter, r *http.Request, t *chatTurn
 	held = false
 	s.table.release(ls, segmentTexts(t.manifest))
 	s.logTurn(ls, how, res)
+	sw.close() // no keep-alive after the last events
 	if parser != nil {
 		if err := send(parser.Flush()); err != nil {
 			return
@@ -372,5 +372,3 @@ func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
 	tag["ctxd_sessions"] = sessions
 	writeJSON(w, map[string]any{"models": []any{tag}})
 }
-
-var _ = pb.StopReason_STOP_REASON_CANCELLED

@@ -587,6 +587,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, t *chatTurn
 	held = false
 	s.table.release(ls, segmentTexts(t.manifest))
 	s.logTurn(ls, how, res)
+	sw.close() // no keep-alive after the last chunks
 	sw.begin(first())
 	if parser != nil {
 		if err := sendText(parser.Flush()); err != nil {

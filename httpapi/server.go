@@ -94,11 +94,13 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
-	cancel()
+	cancel() // requests in flight end: their contexts derive from ctx
+	t0 := time.Now()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	hs.Shutdown(sctx)
 	scancel()
 	s.wg.Wait()
+	s.log.Debug("HTTP shut down", "took", time.Since(t0))
 	s.table.closeAll(context.Background())
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

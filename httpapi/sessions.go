@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"sync"
@@ -107,6 +109,22 @@ func commonText(a, b []string) int {
 	return total
 }
 
+// sessionName labels a daemon session: its key and a tag of its first
+// segment, so a conversation and its side requests keep automatic
+// snapshots ("auto-NAME") of their own.
+func sessionName(key string, segs []string) string {
+	first := ""
+	if len(segs) > 0 {
+		first = segs[0]
+	}
+	h := sha256.Sum256([]byte(first))
+	name := "http-" + hex.EncodeToString(h[:4])
+	if key != "" {
+		name += "-" + key
+	}
+	return name[:min(len(name), 200)]
+}
+
 // acquire finds or opens the session for a request and locks it; release
 // must follow. It returns how the session was chosen, for logs and the
 // X-Ctxd-Session header.
@@ -130,14 +148,15 @@ func (t *sessionTable) acquire(ctx context.Context, key string, m policy.Manifes
 	}
 	if best == nil {
 		t.mu.Unlock()
-		ls, err := t.open(ctx, key, segs)
+		ls, err := t.open(ctx, key, segs) // counts this request as a user
 		if err != nil {
 			return nil, "", err
 		}
 		t.mu.Lock()
 		best, how = ls, "new"
+	} else {
+		best.users++
 	}
-	best.users++
 	t.mu.Unlock()
 	select {
 	case best.lock <- struct{}{}:
@@ -173,13 +192,7 @@ func (t *sessionTable) release(ls *liveSession, segs []string) {
 // first when the table is full.
 func (t *sessionTable) open(ctx context.Context, key string, segs []string) (*liveSession, error) {
 	t.evict(ctx, 1)
-	name := "http"
-	if key != "" {
-		name = "http-" + key
-		if len(name) > 200 {
-			name = name[:200]
-		}
-	}
+	name := sessionName(key, segs)
 	resp := t.srv.backend.Handle(ctx, t.srv.connID, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: name}}}, nil)
 	if resp.GetError() != nil {
 		err := protocol.FromWire(resp.GetError())
@@ -187,7 +200,7 @@ func (t *sessionTable) open(ctx context.Context, key string, segs []string) (*li
 		return nil, err
 	}
 	r := resp.GetOpenSession()
-	ls := &liveSession{id: r.GetSessionId(), key: key, segs: segs, contextTokens: int(r.GetContextTokens()), lastUsed: time.Now(), lock: make(chan struct{}, 1)}
+	ls := &liveSession{id: r.GetSessionId(), key: key, segs: segs, contextTokens: int(r.GetContextTokens()), lastUsed: time.Now(), lock: make(chan struct{}, 1), users: 1}
 	t.mu.Lock()
 	t.live = append(t.live, ls)
 	t.mu.Unlock()

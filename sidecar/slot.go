@@ -309,7 +309,7 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 	}
 	auto := hc.budget == HotAuto
 	if auto {
-		hc.budget = policy.AutoHotBudget(hc.window, int(capa.EffectiveTokens), hc.block)
+		hc.budget = policy.AutoHotBudget(hc.window, int(capa.MemoryTokens), hc.block)
 	}
 	if hc.sinks == 0 && !cfg.NoSinks {
 		hc.sinks = 4

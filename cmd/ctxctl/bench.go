@@ -22,7 +22,7 @@ import (
 
 func cmdBench(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError{fmt.Errorf("which benchmark? replay, socket or resume")}
+		return usageError{fmt.Errorf("which benchmark? replay, socket, resume, crash, trace or http")}
 	}
 	switch args[0] {
 	case "replay":
@@ -35,8 +35,10 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 		return benchCrash(ctx, e, args[1:])
 	case "trace":
 		return benchTrace(ctx, e, args[1:])
+	case "http":
+		return benchHTTP(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace)", args[0])}
+	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, http)", args[0])}
 }
 
 func defaultModel() string {

@@ -1,7 +1,10 @@
 // Command ctxd is the long-context KV sidecar daemon.
 //
 //	ctxd [--config FILE] [--model PATH] [--ctx N] [--socket PATH] [--data-dir DIR]
-//	     [--kv-type f16|q8_0] [--flash-attn] [--hot N] ... [--print-config]
+//	     [--kv-type f16|q8_0] [--flash-attn] [--hot auto|N] ... [--http ADDR|off] [--print-config]
+//
+// Besides the Unix socket it serves the OpenAI- and Ollama-compatible HTTP
+// API of package httpapi (default 127.0.0.1:11435).
 //
 // Every setting is also a key of the TOML config file
 // ($XDG_CONFIG_HOME/ctxd/ctxd.toml by default) and an environment variable
