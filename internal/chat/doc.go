@@ -10,7 +10,16 @@
 // (policy.KindSystem) and the tool definitions (policy.KindTools), both
 // task_pinned and stable; earlier history (policy.KindUserTurn, and
 // policy.KindTerminal for tool results), stable; the newest messages after
-// the last assistant message and the generation prompt, volatile.
+// the last assistant message and the generation prompt, volatile. The model
+// output is read back by a streaming ToolParser of the template family's
+// tool-call syntax.
+//
+// Files: message.go (the API's messages and tools), template.go
+// (NewTemplate, names, stop strings, control markers), family.go (family
+// detection), jinja.go (template variables), fallback.go (the fallback
+// layout), render.go (cut points and stability), strftime.go,
+// toolparse.go (the streaming parser), toolcall_json.go (Hermes, Llama 3,
+// Mistral calls), toolcall_xml.go (Qwen3-Coder calls).
 //
 // Invariants, which every file in this package keeps:
 //

@@ -72,7 +72,11 @@ func (t *Template) Render(msgs []Message, tools []Tool) (policy.Manifest, error)
 		if err != nil {
 			continue
 		}
-		if c := t.markerFloor(full, commonPrefix(s, full)); c > last && c < len(full) {
+		c := t.markerFloor(full, commonPrefix(s, full))
+		if c > last {
+			c = t.endFloor(full, last, c)
+		}
+		if c > last && c < len(full) {
 			bounds[k] = c
 			last = c
 		}
@@ -153,10 +157,12 @@ func (t *Template) stableEnd(msgs []Message, tools []Tool, full string, bounds [
 			break
 		}
 	}
-	for _, cont := range probes {
+	for _, cont := range probesAfter(msgs[len(msgs)-1]) {
 		s, err := t.text(append(msgs[:len(msgs):len(msgs)], cont...), tools, false)
 		if err != nil {
-			continue
+			// A template that refuses a plain continuation cannot
+			// vouch for anything past the head.
+			return min(end, headEnd)
 		}
 		end = min(end, commonPrefix(s, full))
 	}
@@ -173,14 +179,24 @@ var historyProbe = []Message{
 	{Role: RoleUser, Content: probeText}, {Role: RoleAssistant, Content: probeText}, {Role: RoleUser, Content: probeText},
 }
 
-// probes are the continuations a stable segment must survive: a text reply
-// and a new user message; a tool call and its result.
-var probes = [][]Message{
-	{{Role: RoleAssistant, Content: probeText}, {Role: RoleUser, Content: probeText}},
-	{
-		{Role: RoleAssistant, ToolCalls: []ToolCall{{ID: "probe0001", Name: "probe", Arguments: `{"probe":probeText}`}}},
-		{Role: RoleTool, ToolCallID: "probe0001", Name: "probe", Content: probeText},
-	},
+// probesAfter returns the continuations a stable segment must survive,
+// after a conversation ending with last: a text reply and a new user
+// message; a tool call and its result. A conversation already ending with
+// a reply continues with the user message (or, after a tool call, its
+// result).
+func probesAfter(last Message) [][]Message {
+	call := ToolCall{ID: "probe0001", Name: probeText, Arguments: `{"probe":"probe"}`}
+	user := Message{Role: RoleUser, Content: probeText}
+	result := Message{Role: RoleTool, ToolCallID: call.ID, Name: probeText, Content: probeText}
+	caller := Message{Role: RoleAssistant, ToolCalls: []ToolCall{call}}
+	if last.Role != RoleAssistant {
+		return [][]Message{{{Role: RoleAssistant, Content: probeText}, user}, {caller, result}}
+	}
+	if len(last.ToolCalls) > 0 {
+		result.ToolCallID, result.Name = last.ToolCalls[0].ID, last.ToolCalls[0].Name
+		return [][]Message{{result}}
+	}
+	return [][]Message{{user}, {user, caller, result}}
 }
 
 // markStable marks stable every segment that ends at or before end, up to
@@ -277,6 +293,30 @@ func (t *Template) markerFloor(s string, i int) int {
 		}
 	}
 	return runeFloor(s, i)
+}
+
+// endFloor moves a cut at i back to just after the last end-of-turn marker
+// (a stop string, and the newlines after it) in s[lo:i], when there is one:
+// where two renderings depart, they may already share the header of the
+// next message ("<|im_start|>" or "<|im_start|>user\n"), which belongs to
+// the next segment.
+func (t *Template) endFloor(s string, lo, i int) int {
+	if lo >= i {
+		return i
+	}
+	best := -1
+	for _, m := range t.stops {
+		if j := strings.LastIndex(s[lo:i], m); j >= 0 {
+			best = max(best, lo+j+len(m))
+		}
+	}
+	if best < 0 {
+		return i
+	}
+	for best < i && s[best] == '\n' {
+		best++
+	}
+	return best
 }
 
 // runeFloor moves i back to the start of the rune it falls in.

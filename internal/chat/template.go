@@ -84,6 +84,12 @@ func (t *Template) Name() string { return t.name }
 // "<|im_end|>"), the model's EOS text included.
 func (t *Template) StopStrings() []string { return append([]string(nil), t.stops...) }
 
+// ControlMarkers returns the control-marker texts the template writes
+// (e.g. "<|im_start|>", "[INST]", "<tool_call>") and the BOS and EOS texts:
+// the texts a tokenizer should map to the model's control tokens when they
+// come from the template rather than from message content.
+func (t *Template) ControlMarkers() []string { return append([]string(nil), t.markers...) }
+
 // endMarkers are the end-of-turn texts of known templates; a template that
 // writes one of them gets it as a stop string.
 var endMarkers = []string{"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>"}

@@ -3,6 +3,7 @@ package chat
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,12 @@ func TestRealTemplates(t *testing.T) {
 			tm := loadTemplate(t, rt)
 			checkConversation(t, tm, conversation, testTools)
 			checkConversation(t, tm, conversation, nil)
+			markers := strings.Join(tm.ControlMarkers(), " ")
+			for _, stop := range tm.StopStrings() {
+				if !strings.Contains(markers, stop) {
+					t.Errorf("stop string %q not among the control markers %s", stop, markers)
+				}
+			}
 			m := checkManifest(t, tm, conversation, testTools)
 			if m.Boundary() == 0 {
 				t.Errorf("nothing stable in a %d-message conversation", len(conversation))

@@ -140,7 +140,10 @@ func (p *streamParser) parseLlama(final bool) (callStatus, int, []ToolCall) {
 			if len(calls) > 0 {
 				return callComplete, start, calls
 			}
-			return callInvalid, len(p.buf), nil
+			// Not JSON after the tag (Llama's built-in tools write
+			// Python there): the tag is text, and what follows is
+			// read again.
+			return callInvalid, start, nil
 		}
 		off := start + len(rest) - len(trimmed)
 		n := jsonEnd(trimmed)
@@ -214,32 +217,64 @@ func (p *streamParser) parseMistral(final bool) (callStatus, int, []ToolCall) {
 		}
 		return callComplete, off + n, calls
 	}
-	a := strings.Index(trimmed, mistralArgs)
-	if a < 0 {
-		if strings.ContainsAny(trimmed, "{\n") && !strings.Contains(trimmed, mistralCallID) {
-			return callInvalid, len(p.buf), nil // not name[ARGS]
+	// name[CALL_ID]id[ARGS]{json}: decided as the text arrives, so that a
+	// call that is not one gives back the same text however it streams.
+	// Anything else makes the marker text, and what follows is read again.
+	invalid := func() (callStatus, int, []ToolCall) { return callInvalid, len(mistralOpen), nil }
+	word := func(s string) (string, string, bool) { // a name or an id, up to "["
+		for i := 0; i < len(s); i++ {
+			c := s[i]
+			if c == '[' {
+				return s[:i], s[i:], true
+			}
+			if !(c == '_' || c == '-' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+				return "", "", false
+			}
 		}
+		return s, "", true
+	}
+	name, rest, ok := word(trimmed)
+	if !ok {
+		return invalid()
+	}
+	if rest == "" {
 		return incomplete()
 	}
-	name, id := trimmed[:a], ""
-	if i := strings.Index(name, mistralCallID); i >= 0 {
-		name, id = name[:i], name[i+len(mistralCallID):]
+	id := ""
+	if strings.HasPrefix(rest, mistralCallID) {
+		if id, rest, ok = word(rest[len(mistralCallID):]); !ok {
+			return invalid()
+		}
+		if rest == "" {
+			return incomplete()
+		}
 	}
-	name = strings.TrimSpace(name)
-	args := strings.TrimLeft(trimmed[a+len(mistralArgs):], " \t\r\n")
+	if !strings.HasPrefix(rest, mistralArgs) {
+		if len(rest) < len(mistralCallID) && (strings.HasPrefix(mistralArgs, rest) || strings.HasPrefix(mistralCallID, rest)) {
+			return incomplete()
+		}
+		return invalid()
+	}
+	if name == "" {
+		return invalid()
+	}
+	args := strings.TrimLeft(rest[len(mistralArgs):], " \t\r\n")
 	argsOff := len(p.buf) - len(args)
 	if args == "" {
 		return incomplete()
+	}
+	if args[0] != '{' {
+		return invalid()
 	}
 	n := jsonEnd(args)
 	if n < 0 {
 		return incomplete()
 	}
 	argText, ok := argumentsJSON(json.RawMessage(args[:n]))
-	if !ok || name == "" || strings.ContainsAny(name, " \n{[") {
+	if !ok {
 		return callInvalid, argsOff + n, nil
 	}
-	if id = strings.TrimSpace(id); id == "" {
+	if id == "" {
 		id = newCallID()
 	}
 	return callComplete, argsOff + n, []ToolCall{{ID: id, Name: name, Arguments: argText}}

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -159,5 +160,44 @@ func TestToolParserStreamsText(t *testing.T) {
 	fb := mustFallback(t).NewToolParser(parseTools)
 	if _, c := runParser(fb, []string{"<tool_call>\n{\"name\": \"ls\", \"arguments\": {}}\n</tool_call>"}); len(c) != 1 || c[0].Name != "ls" {
 		t.Errorf("fallback calls %+v", c)
+	}
+}
+
+// Random output built from the syntaxes' pieces, fed in random pieces:
+// every chunking gives what feeding it whole gives, and output without
+// calls comes back unchanged.
+func TestToolParsersRandom(t *testing.T) {
+	frags := []string{"<tool_call>", "</tool_call>", "\n", " ", "{", "}", `"name": "ls"`, `"arguments": {}`, `"parameters": {"dir": "."}`, ",",
+		"<function=ls>", "<parameter=dir>", "</parameter>", "</function>", "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "[", "]", "ls",
+		"hello", "<", "<tool", "[TOOL", "é", ";", `{"name": "ls", "arguments": {"dir": "x"}}`}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, family := range []string{"hermes", "qwen3-coder", "llama3", "mistral"} {
+		tm := templateOf(t, family)
+		for i := 0; i < 1000; i++ {
+			var b strings.Builder
+			for n := r.IntN(12); n >= 0; n-- {
+				b.WriteString(frags[r.IntN(len(frags))])
+			}
+			out := b.String()
+			wantText, wantCalls := runParser(tm.NewToolParser(parseTools), []string{out})
+			if len(wantCalls) == 0 && wantText != out {
+				t.Fatalf("%s: %q came back as %q", family, out, wantText)
+			}
+			var pieces []string
+			for rest := out; rest != ""; {
+				k := 1 + r.IntN(min(len(rest), 6))
+				pieces = append(pieces, rest[:k])
+				rest = rest[k:]
+			}
+			text, calls := runParser(tm.NewToolParser(parseTools), pieces)
+			if text != wantText || len(calls) != len(wantCalls) {
+				t.Fatalf("%s: %q in pieces %q: text %q calls %v, whole: %q %v", family, out, pieces, text, calls, wantText, wantCalls)
+			}
+			for j := range calls {
+				if calls[j].Name != wantCalls[j].Name || calls[j].Arguments != wantCalls[j].Arguments {
+					t.Fatalf("%s: %q: call %d %+v, whole %+v", family, out, j, calls[j], wantCalls[j])
+				}
+			}
+		}
 	}
 }
