@@ -1,9 +1,16 @@
 package sidecar
 
 import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/internal/testmodel"
+	"github.com/ctxd/ctxd/policy"
 )
 
 func TestDeviceKVTokens(t *testing.T) {
@@ -36,5 +43,43 @@ func TestBackendSettingsKeepCPUKeys(t *testing.T) {
 	p.OutputOnGPU, p.GPULayers = false, 3
 	if s := backendSettings(p); s != "backend=Vulkan gpu_layers=3+0" {
 		t.Fatalf("partial settings %q", s)
+	}
+}
+
+// TestSnapshotFromOtherBackendIsRefused: a snapshot saved on the CPU is
+// refused by a daemon whose model runs on the GPU backend (and the reason
+// names both), so KV computed by two backends is never mixed; the session
+// stays usable and recomputes. It needs CTXD_BACKEND (make test-gpu).
+func TestSnapshotFromOtherBackendIsRefused(t *testing.T) {
+	backend, _ := testmodel.Backend(t)
+	if backend == "" {
+		t.Skip("needs a GPU backend: CTXD_BACKEND=vulkan|cuda (make test-gpu)")
+	}
+	ctx := context.Background()
+	data := filepath.Join(t.TempDir(), "data")
+	cpu := startServer(t, Config{ContextTokens: 512, DataDir: data, IdleSnapshot: -1, Device: policy.DeviceCPU})
+	c := dial(t, cpu)
+	s := openSession(t, c)
+	m := tokenManifest(randomTokens(1, 200))
+	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Snapshot(ctx, "on-cpu"); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	cpu.stop()
+
+	gpu := startServer(t, Config{ContextTokens: 512, DataDir: data, IdleSnapshot: -1})
+	c2 := dial(t, gpu)
+	s2 := openSession(t, c2)
+	_, err := s2.Restore(ctx, "on-cpu")
+	if !errors.Is(err, client.ErrIncompatible) || !strings.Contains(err.Error(), "backend=") {
+		t.Fatalf("restoring a CPU snapshot on %s: %v, want ErrIncompatible naming the backend", backend, err)
+	}
+	// Recompute instead: the same prefix prefills from scratch.
+	pr, err := s2.EnsurePrefix(ctx, m)
+	if err != nil || pr.PrefilledTokens != pr.PromptTokens || pr.PromptTokens < 200 || pr.ResumedSnapshot != "" {
+		t.Fatalf("prefix after the refusal: %+v %v (want every token prefilled, nothing resumed)", pr, err)
 	}
 }

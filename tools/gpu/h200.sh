@@ -48,7 +48,7 @@ fi
 
 if [[ $phase == test || $phase == all ]]; then
 	say "test: engine and sidecar on $gpu"
-	tests='TestFacts|TestGreedyStory|TestChunkedEqualsWhole|TestExtractInsertBitwise|TestSaveLoadSeq|TestCopyRange|TestCancelLeavesNothing|TestDeviceMatchesCPU|TestReusedCellsLeakNothing|TestRepeatedTurnsAreExact|TestWarmEqualsCold|TestHotSetStreamsBeyondTheWindow|TestSnapshotRestoreAfterRestartIsBitExactDense|TestHotSetSnapshotRestoreIsBitExact|TestCancelDecodeWithinAToken|TestNeedleRecallNeedsRetrieval'
+	tests='TestSnapshotFromOtherBackendIsRefused|TestFacts|TestGreedyStory|TestChunkedEqualsWhole|TestExtractInsertBitwise|TestSaveLoadSeq|TestCopyRange|TestCancelLeavesNothing|TestDeviceMatchesCPU|TestReusedCellsLeakNothing|TestRepeatedTurnsAreExact|TestWarmEqualsCold|TestHotSetStreamsBeyondTheWindow|TestSnapshotRestoreAfterRestartIsBitExactDense|TestHotSetSnapshotRestoreIsBitExact|TestCancelDecodeWithinAToken|TestNeedleRecallNeedsRetrieval'
 	export CTXD_BACKEND=$gpu
 	(cd engine/llama && run "$bin/llama.test" -test.count=1 -test.v -test.run "^($tests)\$") | grep -E '^(---|ok|FAIL|PASS|\s+\w+_test.go)' | tee "$out/test-engine.txt"
 	(cd sidecar && run "$bin/sidecar.test" -test.count=1 -test.v -test.run "^($tests)\$") | grep -E '^(---|ok|FAIL|PASS|\s+\w+_test.go)' | tee "$out/test-sidecar.txt"
