@@ -9,7 +9,9 @@
 //     start, and an owner whose lock file is removed or replaced fences
 //     itself (stops serving) rather than share state.
 //   - One model slot: loading, switching or unloading a model while any
-//     session is open fails with ErrModelBusy.
+//     session is open fails with ErrModelBusy. Where the model runs (CPU,
+//     or layers on a GPU device) is planned before loading (device.go);
+//     KV stored by the slot carries the backend in its compatibility keys.
 //   - One engine user at a time: every engine call runs under the slot's
 //     token (turns.go), handed out in arrival order. A long decode or
 //     prefill gives it up between tokens or batches once it has held it for

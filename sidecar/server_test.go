@@ -49,6 +49,8 @@ func startServer(t *testing.T, cfg Config) *testServer {
 	backend, backendDir := testmodel.Backend(t)
 	if backend != "" && cfg.Device == "" {
 		cfg.BackendDir, cfg.Device = backendDir, backend
+	} else {
+		backend = "" // the test chose the device itself
 	}
 	srv, err := New(context.Background(), cfg)
 	if err != nil {

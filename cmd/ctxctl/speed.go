@@ -105,7 +105,7 @@ func benchSpeed(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "%-36s prefill %9.1f tok/s   decode %8.1f tok/s   threads %d\n", where, r.PrefillTokS, r.DecodeTokS, r.Threads)
 	}
 	if len(out) == 2 && out[0].PrefillTokS > 0 && out[0].DecodeTokS > 0 {
-		fmt.Fprintf(e.stdout, "ratio %s/%s: prefill %.1fx, decode %.1fx\n", nameOr(out[1].Device), nameOr(out[0].Device),
+		fmt.Fprintf(e.stdout, "ratio %s/%s: prefill %.3gx, decode %.3gx\n", nameOr(out[1].Device), nameOr(out[0].Device),
 			out[1].PrefillTokS/out[0].PrefillTokS, out[1].DecodeTokS/out[0].DecodeTokS)
 	}
 	return nil

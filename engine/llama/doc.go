@@ -15,6 +15,14 @@
 //   - A Context is driven by one goroutine at a time; only the abort flag
 //     set by a cancelled context.Context is touched concurrently, through
 //     C atomics.
-//   - Native memory (model, context, batch, samplers, abort flag) is freed by
-//     Close; a finalizer is not relied upon.
+//   - Native memory (model, context, batch, samplers, abort flag, ggml
+//     threadpool) is freed by Close; a finalizer is not relied upon.
+//   - GPU backends are shared libraries registered once per folder by
+//     LoadBackends (the CPU backend is linked in); a model goes to a device
+//     only when LoadWith names it, and Facts().Placement reports what
+//     llama.cpp's buffer reports say was allocated there, never what was
+//     asked for. The KV cache follows its layers (offload_kqv).
+//   - Each context owns a ggml threadpool with poll 0 (idle workers sleep)
+//     and sets its thread count before every llama_decode from the cores
+//     free at that moment (policy.ComputeThreads).
 package llama
