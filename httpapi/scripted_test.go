@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -157,4 +158,24 @@ func TestDisconnectCancelsPrefill(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	conn.Close()
 	// The Serve cleanup waits for the request: it must end now, not in an hour.
+}
+
+// TestClampReportedInStreamTrailer: a streamed response reports a clamped
+// max_tokens in its trailer and in the final chunk.
+func TestClampReportedInStreamTrailer(t *testing.T) {
+	base, _ := startScripted(t, &scripted{pieces: []string{"Done."}}, Config{})
+	body := `{"stream": true, "max_tokens": 200000, "messages": [{"role": "user", "content": "hi"}]}`
+	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	// The scripted session holds 100,000 tokens and the prompt 100.
+	if got := resp.Trailer.Get(clampHeader); got != "requested=200000 granted=99900" {
+		t.Errorf("trailer %s = %q", clampHeader, got)
+	}
+	if !strings.Contains(string(all), `"max_tokens_granted":99900`) {
+		t.Errorf("final chunk does not report the clamp:\n%s", all)
+	}
 }
