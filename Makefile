@@ -22,7 +22,9 @@ export CTXD_MODEL   := $(MODEL)
 export CTXD_NEEDLE_MODEL := $(NEEDLE_MODEL)
 export CTXD_TRACES  := $(TRACES)
 
-BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace
+# ctxd: the daemon; ctxctl: the operator's CLI (pure Go, no cgo); ctxtrace:
+# eBPF probes; ctxbench: benchmarks, evaluations, gen-model (links the engine).
+BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace bin/ctxbench
 
 .PHONY: all build deps headers test test-short vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
 
@@ -55,7 +57,7 @@ test: headers
 
 # gpu builds llama.cpp's GPU backend from the ggml sources vendored in the
 # Go module with CMake (tools/gpu/backend.sh) into bin/backends, where ctxd
-# and ctxctl load it at start: GPU=vulkan (any vendor; needs cmake, glslc
+# and ctxbench load it at start: GPU=vulkan (any vendor; needs cmake, glslc
 # and the Vulkan headers: .ci/setup installs them) or GPU=cuda (nvcc).
 # The patched source copy and the CMake build are kept in CTXD_GPU_CACHE.
 GPU         ?= vulkan
@@ -70,13 +72,13 @@ test-gpu: headers gpu
 	CTXD_BACKEND=$(GPU) CTXD_BACKEND_DIR=$(BACKEND_DIR) $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) -run '^($(GPU_TESTS))$$' ./engine/llama/ ./sidecar/
 
 # h200-pack prepares what tools/gpu/h200.sh needs on a machine without Go
-# or network (README "GPU"): ctxctl, the engine and sidecar test binaries,
+# or network (README "GPU"): ctxbench, the engine and sidecar test binaries,
 # the vendored ggml sources, the test models and traces, in .build/h200 and
 # packed as .build/h200.tgz (the one path to carry: under 64 MiB).
 H200_DIR := $(CURDIR)/.build/h200
 h200-pack: headers
 	rm -rf $(H200_DIR) && mkdir -p $(H200_DIR)/bin $(H200_DIR)/src/ml/backend/ggml $(H200_DIR)/models
-	$(GO) build -ldflags='-s -w' -o $(H200_DIR)/bin/ ./cmd/ctxctl
+	$(GO) build -ldflags='-s -w' -o $(H200_DIR)/bin/ ./cmd/ctxbench
 	$(GO) test -c -ldflags='-s -w' -o $(H200_DIR)/bin/llama.test ./engine/llama
 	$(GO) test -c -ldflags='-s -w' -o $(H200_DIR)/bin/sidecar.test ./sidecar
 	cp $(OLLAMA_DIR)/CMakeLists.txt $(OLLAMA_DIR)/CMakePresets.json $(H200_DIR)/src/
@@ -91,27 +93,27 @@ test-short: headers
 # Benchmarks print ratios measured in one run; see README "Benchmarks".
 BENCH_CTX ?= 8192
 bench: build
-	./bin/ctxctl bench socket --model $(MODEL)
-	./bin/ctxctl bench replay --model $(MODEL) --traces $(TRACES) --ctx $(BENCH_CTX)
-	./bin/ctxctl bench resume --model $(MODEL) --traces $(TRACES) --tokens 65536
-	./bin/ctxctl bench crash --model $(MODEL) --kills 50
+	./bin/ctxbench bench socket --model $(MODEL)
+	./bin/ctxbench bench replay --model $(MODEL) --traces $(TRACES) --ctx $(BENCH_CTX)
+	./bin/ctxbench bench resume --model $(MODEL) --traces $(TRACES) --tokens 65536
+	./bin/ctxbench bench crash --model $(MODEL) --kills 50
 
 # What ctxtrace's eBPF probes add to a replay (needs root or CAP_BPF + CAP_PERFMON).
 bench-trace: build
-	./bin/ctxctl bench trace --model $(MODEL) --pairs 3
+	./bin/ctxbench bench trace --model $(MODEL) --pairs 3
 
 # The SSD-tier benchmark on a realistic-size model (684 MiB written to bin/).
 SYNTH_MODEL ?= bin/synth-24l.gguf
 bench-synth: build
-	test -f $(SYNTH_MODEL) || ./bin/ctxctl gen-model --layers 24 --embd 896 --heads 14 --kv-heads 2 --ffn 4864 --out $(SYNTH_MODEL)
-	./bin/ctxctl bench resume --model $(SYNTH_MODEL) --traces $(TRACES) --tokens 4096 --hot 0
-	./bin/ctxctl bench resume --model $(SYNTH_MODEL) --traces $(TRACES) --tokens 4096 --hot 0 --kv q8_0
+	test -f $(SYNTH_MODEL) || ./bin/ctxbench gen-model --layers 24 --embd 896 --heads 14 --kv-heads 2 --ffn 4864 --out $(SYNTH_MODEL)
+	./bin/ctxbench bench resume --model $(SYNTH_MODEL) --traces $(TRACES) --tokens 4096 --hot 0
+	./bin/ctxbench bench resume --model $(SYNTH_MODEL) --traces $(TRACES) --tokens 4096 --hot 0 --kv q8_0
 
 # Evaluations beyond the window (README "Beyond the trained window").
 eval: build
-	./bin/ctxctl eval recall --model $(NEEDLE_MODEL)
-	./bin/ctxctl eval ppl --model $(MODEL) --traces $(TRACES) --png bin/ppl.png
-	./bin/ctxctl eval scale --model $(MODEL) --traces $(TRACES) --tokens 200000
+	./bin/ctxbench eval recall --model $(NEEDLE_MODEL)
+	./bin/ctxbench eval ppl --model $(MODEL) --traces $(TRACES) --png bin/ppl.png
+	./bin/ctxbench eval scale --model $(MODEL) --traces $(TRACES) --tokens 200000
 
 # The main job: serve stories260K with a 512-token hot set, so sessions
 # (and the bundled trajectories) grow far past its window.
@@ -129,9 +131,10 @@ generate:
 # install puts the binaries in $(PREFIX)/bin and the systemd user units in
 # $(UNITDIR), with ExecStart pointing at the installed ctxd. HOME, PREFIX and
 # UNITDIR may be overridden (e.g. a scratch home for tests); INSTALL_BINARIES
-# names what is copied (default: the built binaries, each once).
+# names what is copied (default: the operator's binaries, each once; not
+# ctxbench, a development tool).
 UNITDIR     ?= $(HOME)/.config/systemd/user
-INSTALL_BINARIES ?= $(BINARIES)
+INSTALL_BINARIES ?= $(filter-out bin/ctxbench,$(BINARIES))
 install: build
 	install -d "$(PREFIX)/bin" "$(UNITDIR)"
 	install -m 0755 $(INSTALL_BINARIES) "$(PREFIX)/bin/"

@@ -8,16 +8,16 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
-	"github.com/ctxd/ctxd/tools/ctxtrace"
+	"github.com/ctxd/ctxd/tools/ctxtrace/hist"
 )
 
 // metricsJSON is `ctxctl metrics --json`.
 type metricsJSON struct {
-	PID         int                    `json:"pid"`
-	Executable  string                 `json:"executable"`
-	Values      map[string]float64     `json:"values"`  // counters and gauges
-	Timings     []ctxtrace.ProbeReport `json:"timings"` // Go-side log2 histograms
-	ArenaRanges []arenaRangeJSON       `json:"arena_ranges"`
+	PID         int                `json:"pid"`
+	Executable  string             `json:"executable"`
+	Values      map[string]float64 `json:"values"`  // counters and gauges
+	Timings     []hist.ProbeReport `json:"timings"` // Go-side log2 histograms
+	ArenaRanges []arenaRangeJSON   `json:"arena_ranges"`
 }
 
 type arenaRangeJSON struct {
@@ -43,9 +43,9 @@ func cmdMetrics(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	out := metricsJSON{PID: int(m.GetPid()), Executable: m.GetExecutable(), Values: m.GetValues(),
-		Timings: []ctxtrace.ProbeReport{}, ArenaRanges: []arenaRangeJSON{}}
+		Timings: []hist.ProbeReport{}, ArenaRanges: []arenaRangeJSON{}}
 	for _, h := range m.GetHistograms() {
-		out.Timings = append(out.Timings, ctxtrace.ProbeReportOf(ctxtrace.HistFromWire(h)))
+		out.Timings = append(out.Timings, hist.ProbeReportOf(hist.HistFromWire(h)))
 	}
 	for _, r := range m.GetArenaRanges() {
 		out.ArenaRanges = append(out.ArenaRanges, arenaRangeJSON{

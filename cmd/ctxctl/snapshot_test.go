@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -85,28 +83,4 @@ func TestSnapshotCommandsRoundTrip(t *testing.T) {
 	if code, _, errs = ctl(t, "--socket", sock, "snapshot", "save", "bad/name"); code == 0 {
 		t.Fatalf("a bad snapshot name was accepted: %s", errs)
 	}
-}
-
-// TestCrashLoopKeepsCommittedSnapshots runs the crash benchmark's loop
-// on the real ctxd binary: SIGKILL while snapshots are written, restart,
-// and every snapshot reported committed restores bit-exactly.
-func TestCrashLoopKeepsCommittedSnapshots(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "ctxd")
-	build := exec.Command("go", "build", "-o", bin, "github.com/ctxd/ctxd/cmd/ctxd")
-	build.Env = os.Environ()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building ctxd: %v\n%s", err, out)
-	}
-	kills := 20
-	if testing.Short() {
-		kills = 5
-	}
-	res, err := runCrash(context.Background(), bin, testmodel.Stories(t), kills, 7, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Mismatches) > 0 || res.Kills != kills || res.Committed == 0 || res.Verified < res.Committed {
-		t.Fatalf("crash loop: %+v", res)
-	}
-	t.Logf("%d kills, %d snapshots committed, %d restores verified bit-exact, %d files set aside", res.Kills, res.Committed, res.Verified, res.ProblemsReported)
 }

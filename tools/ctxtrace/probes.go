@@ -1,5 +1,7 @@
 package ctxtrace
 
+import "github.com/ctxd/ctxd/tools/ctxtrace/hist"
+
 // Marker symbols in ctxd's executable (sidecar/trace.go); Go's register
 // ABI passes (phase int, block uint64) in RAX and RBX.
 const (
@@ -17,7 +19,7 @@ const (
 // numProbes and numBuckets mirror NPROBES and NBUCKETS in the C source.
 const (
 	numProbes  = 16
-	NumBuckets = 64
+	NumBuckets = hist.NumBuckets
 )
 
 // probe describes one eBPF histogram.
@@ -44,21 +46,4 @@ func probeTable() [numProbes]probe {
 		11: {"fetch_phase.decompress", "fetch phase 2: decompressing a block read from the SSD tier"},
 		12: {"fetch_phase.engine_insert", "fetch phase 3: inserting the KV into the engine"},
 	}
-}
-
-// whatGoSide describes a Go-side timing by its name prefix.
-func whatGoSide(name string) string {
-	switch {
-	case len(name) > 12 && name[:12] == "fetch_phase.":
-		return "Go-side timing of fetch phase " + name[12:]
-	case len(name) > 6 && name[:6] == "fetch.":
-		return "Go-side time to read a block from tier " + name[6:]
-	case len(name) > 8 && name[:8] == "request.":
-		return "Go-side time to serve " + name[8:] + " calls"
-	case name == "cold_read":
-		return "Go-side SSD-tier read time"
-	case name == "cold_write":
-		return "Go-side SSD-tier write time"
-	}
-	return "Go-side timing"
 }

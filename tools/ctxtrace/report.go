@@ -50,52 +50,6 @@ const (
 	SourceGoSide = "go-side"
 )
 
-// ProbeReport is one histogram of a report.
-type ProbeReport struct {
-	Name    string         `json:"name"`
-	What    string         `json:"what"`
-	Count   uint64         `json:"count"`
-	P50us   float64        `json:"p50_us"`
-	P99us   float64        `json:"p99_us"`
-	MeanUs  float64        `json:"mean_us"`
-	Buckets []BucketReport `json:"buckets"` // the non-empty buckets, in order
-}
-
-// BucketReport is one non-empty log2 bucket: Count values in [LoUs, HiUs).
-type BucketReport struct {
-	LoUs  float64 `json:"lo_us"`
-	HiUs  float64 `json:"hi_us"`
-	Count uint64  `json:"count"`
-}
-
-// ProbeReportOf summarizes a histogram.
-func ProbeReportOf(h Hist) ProbeReport {
-	p := ProbeReport{Name: h.Name, What: h.What, Count: h.Count,
-		P50us: round3(h.Quantile(0.50) / 1e3), P99us: round3(h.Quantile(0.99) / 1e3), MeanUs: round3(h.Mean() / 1e3),
-		Buckets: []BucketReport{}}
-	for k, c := range h.Buckets {
-		if c > 0 {
-			lo, hi := BucketBounds(k)
-			p.Buckets = append(p.Buckets, BucketReport{LoUs: lo / 1e3, HiUs: hi / 1e3, Count: c})
-		}
-	}
-	return p
-}
-
-// dense spreads the non-empty buckets back over all NumBuckets and
-// returns the first and last non-empty index.
-func (p ProbeReport) dense() (counts [NumBuckets]uint64, first, last int) {
-	first = NumBuckets
-	for _, bk := range p.Buckets {
-		k := Bucket(uint64(math.Round(bk.LoUs * 1e3)))
-		counts[k] += bk.Count
-		first, last = min(first, k), max(last, k)
-	}
-	return counts, first, last
-}
-
-func round3(v float64) float64 { return math.Round(v*1e3) / 1e3 }
-
 // Probe returns the named probe's report, if present.
 func (r Report) Probe(name string) (ProbeReport, bool) {
 	for _, p := range r.Probes {
@@ -141,7 +95,7 @@ func (r Report) WriteText(w io.Writer) error {
 			top = max(top, bk.Count)
 		}
 		fmt.Fprintf(&b, "  %20s : %-9s %s\n", "latency", "count", "distribution")
-		counts, first, last := p.dense()
+		counts, first, last := p.Dense()
 		for k := first; k <= last; k++ {
 			lo, hi := BucketBounds(k)
 			c := counts[k]
@@ -198,7 +152,7 @@ func (r Report) WritePNG(path string) error {
 		if pr.Count == 0 {
 			continue
 		}
-		counts, first, last := pr.dense()
+		counts, first, last := pr.Dense()
 		var pts plotter.XYs
 		for k := first; k <= last; k++ {
 			lo, hi := BucketBounds(k)

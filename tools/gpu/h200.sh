@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # h200.sh: the one-shot CUDA check for an NVIDIA machine without Go or
 # network (the H200 lent at times: nvcc 13, CMake, ninja). Prepare on the
-# build machine with `make h200-pack` (ctxctl, test binaries, vendored ggml
+# build machine with `make h200-pack` (ctxbench, test binaries, vendored ggml
 # sources, test models and traces in .build/h200.tgz), carry .build/h200.tgz
 # along, then run from the repository root:
 #
@@ -12,9 +12,9 @@
 #          CUDA_ARCHITECTURES=90) into .build/h200/bin/backends
 #   test   the engine and sidecar test binaries with CTXD_BACKEND=cuda:
 #          they fail unless every layer and the KV are on CUDA0
-#   bench  `ctxctl bench speed` (prefill and decode tok/s, GPU vs CPU) on
-#          synthetic 0.5 B and 7 B shapes made by `ctxctl gen-model`
-#   scale  `ctxctl eval scale --tokens 200000` on the 0.5 B shape, on the GPU
+#   bench  `ctxbench bench speed` (prefill and decode tok/s, GPU vs CPU) on
+#          synthetic 0.5 B and 7 B shapes made by `ctxbench gen-model`
+#   scale  `ctxbench eval scale --tokens 200000` on the 0.5 B shape, on the GPU
 # Everything is logged to $OUT/h200.log (or .build/h200/out/h200.log) and
 # the figures to $OUT/*.json for the README. GPU=vulkan runs the same
 # phases on a Vulkan backend (how the script was checked without an NVIDIA
@@ -37,7 +37,7 @@ export CTXD_BACKEND_DIR="$bin/backends" CTXD_GPU_CACHE="$pack/cache"
 say() { echo "== $(date -u +%H:%M:%S) $*" | tee -a "$log"; }
 run() { timeout "$limit" "$@" 2>&1 | tee -a "$log"; return "${PIPESTATUS[0]}"; }
 
-[ -x "$bin/ctxctl" ] || { echo "h200.sh: $bin/ctxctl missing: run 'make h200-pack' on the build machine and carry $pack" >&2; exit 2; }
+[ -x "$bin/ctxbench" ] || { echo "h200.sh: $bin/ctxbench missing: run 'make h200-pack' on the build machine and carry $pack" >&2; exit 2; }
 { nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv; nvcc --version | tail -2; nproc; } 2>&1 | tee -a "$log"
 
 if [[ $phase == build || $phase == all ]]; then
@@ -66,9 +66,9 @@ if [[ $phase == bench || $phase == all ]]; then
 		*) say "unknown shape $shape"; continue ;;
 		esac
 		f="$pack/synth-$shape.gguf"
-		[ -f "$f" ] || run "$bin/ctxctl" --no-progress gen-model --from "$CTXD_MODEL" "${dims[@]}" --ctx 32768 --out "$f"
-		run "$bin/ctxctl" --no-progress bench speed --model "$f" --prompt $prompt --generate $gen --flash-attn --json | tee "$out/speed-$shape.json"
-		run "$bin/ctxctl" --no-progress bench speed --model "$f" --prompt $prompt --generate $gen --kv q8_0 --json | tee "$out/speed-$shape-q8.json"
+		[ -f "$f" ] || run "$bin/ctxbench" --no-progress gen-model --from "$CTXD_MODEL" "${dims[@]}" --ctx 32768 --out "$f"
+		run "$bin/ctxbench" --no-progress bench speed --model "$f" --prompt $prompt --generate $gen --flash-attn --json | tee "$out/speed-$shape.json"
+		run "$bin/ctxbench" --no-progress bench speed --model "$f" --prompt $prompt --generate $gen --kv q8_0 --json | tee "$out/speed-$shape-q8.json"
 	done
 fi
 
@@ -76,6 +76,6 @@ if [[ $phase == scale || $phase == all ]]; then
 	say "scale: ${SCALE_TOKENS:-200000} tokens on the GPU"
 	# eval scale's hot set is its --window (stories' 512 by default); a
 	# real model's window is what a GPU hot set is for.
-	run "$bin/ctxctl" --no-progress eval scale --model "$pack/synth-0.5b.gguf" --window 8192 --tokens "${SCALE_TOKENS:-200000}" --json | tee "$out/scale-0.5b.json"
+	run "$bin/ctxbench" --no-progress eval scale --model "$pack/synth-0.5b.gguf" --window 8192 --tokens "${SCALE_TOKENS:-200000}" --json | tee "$out/scale-0.5b.json"
 fi
 say "done"

@@ -53,7 +53,7 @@ func TestCommandsAgainstADaemon(t *testing.T) {
 	}
 }
 
-func TestReplayJSONWithPrivateDaemon(t *testing.T) {
+func TestReplayJSONAgainstADaemon(t *testing.T) {
 	tr := filepath.Join(t.TempDir(), "t.traj")
 	os.WriteFile(tr, []byte(`{"history": [
 		{"role": "system", "content": "You are an agent."},
@@ -61,7 +61,12 @@ func TestReplayJSONWithPrivateDaemon(t *testing.T) {
 		{"role": "assistant", "content": "open math.py"},
 		{"role": "user", "content": "def add(a, b): return a - b"},
 		{"role": "assistant", "content": "edit the sign"}]}`), 0o600)
-	code, out, errs := ctl(t, "replay", "--trace", tr, "--model", testmodel.Stories(t), "--ctx", "512", "--json", "--verify-cold")
+	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: testmodel.Stories(t), ContextTokens: 512, NoCold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	code, out, errs := ctl(t, "--socket", p.Socket, "replay", "--trace", tr, "--json", "--verify-cold")
 	if code != 0 {
 		t.Fatalf("replay: %d %s", code, errs)
 	}
@@ -91,66 +96,14 @@ func TestUsageAndUnreachableDaemon(t *testing.T) {
 	if code, _, _ := ctl(t, "generate"); code != 2 {
 		t.Fatalf("generate without prompt: %d", code)
 	}
+	// Benchmarks moved to ctxbench; ctxctl replay talks to a daemon only.
+	for _, args := range [][]string{{"bench", "socket"}, {"eval", "recall"}, {"gen-model"}, {"replay", "--trace", "t.traj", "--model", "m.gguf"}} {
+		if code, _, _ := ctl(t, args...); code != 2 {
+			t.Fatalf("%v: %d, want 2", args, code)
+		}
+	}
 	code, _, errs := ctl(t, "--socket", filepath.Join(t.TempDir(), "none.sock"), "status")
 	if code != 1 || !strings.Contains(errs, "is ctxd running") {
 		t.Fatalf("no daemon: %d %s", code, errs)
-	}
-}
-
-func TestEvalRecallAndScale(t *testing.T) {
-	code, out, errs := ctl(t, "eval", "recall", "--model", testmodel.Needle(t), "--distance-windows", "4", "--trials", "3", "--dense=false", "--json")
-	if code != 0 {
-		t.Fatalf("eval recall: %d %s", code, errs)
-	}
-	var rec struct {
-		Baseline    float64 `json:"baseline_acc"`
-		SinksRecent float64 `json:"sinks_recent_acc"`
-		Retrieval   float64 `json:"retrieval_acc"`
-		HitRate     float64 `json:"retrieval_hit_rate"`
-	}
-	if err := json.Unmarshal([]byte(out), &rec); err != nil {
-		t.Fatal(err)
-	}
-	if rec.Baseline < 0.9 || rec.Retrieval < 0.9*rec.Baseline || rec.SinksRecent > 0.3 || rec.HitRate < 1 {
-		t.Fatalf("recall: %s", out)
-	}
-	code, out, errs = ctl(t, "eval", "scale", "--model", testmodel.Stories(t), "--traces", testmodel.Traces(t), "--tokens", "3000", "--turns", "1", "--json")
-	if code != 0 {
-		t.Fatalf("eval scale: %d %s", code, errs)
-	}
-	var sc struct {
-		Build     float64 `json:"cold_build_s"`
-		Turn      float64 `json:"turn_ms_200k"`
-		Evictions int64   `json:"evictions"`
-	}
-	if err := json.Unmarshal([]byte(out), &sc); err != nil || sc.Build <= 0 || sc.Turn <= 0 || sc.Evictions == 0 {
-		t.Fatalf("scale: %s %v", out, err)
-	}
-}
-
-func TestEvalPPL(t *testing.T) {
-	png := filepath.Join(t.TempDir(), "ppl.png")
-	code, out, errs := ctl(t, "eval", "ppl", "--model", testmodel.Stories(t), "--traces", testmodel.Traces(t),
-		"--tokens", "1500", "--dense-max", "1000", "--png", png, "--json")
-	if code != 0 {
-		t.Fatalf("eval ppl: %d %s", code, errs)
-	}
-	var res struct {
-		Curves []struct {
-			Name     string  `json:"name"`
-			InWindow float64 `json:"ppl_in_window"`
-		} `json:"curves"`
-		Ratio float64 `json:"ctxd_last_over_in_window"`
-	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Curves) != 5 || res.Ratio <= 0 {
-		t.Fatalf("ppl: %s %v", out, err)
-	}
-	for _, c := range res.Curves {
-		if c.InWindow < 1 || c.InWindow > 512 {
-			t.Fatalf("%s: in-window perplexity %v", c.Name, c.InWindow)
-		}
-	}
-	if st, err := os.Stat(png); err != nil || st.Size() < 1000 {
-		t.Fatalf("plot: %v", err)
 	}
 }

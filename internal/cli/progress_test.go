@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bytes"
@@ -70,7 +70,7 @@ func TestFmtDuration(t *testing.T) {
 func TestProgressDrawing(t *testing.T) {
 	var out bytes.Buffer
 	clock := time.Unix(0, 0)
-	p := &progress{out: &out, width: 60, label: "t", total: 10, now: func() time.Time { return clock }}
+	p := &Progress{out: &out, width: 60, label: "t", total: 10, now: func() time.Time { return clock }}
 	p.start = clock
 	for i := 0; i < 5; i++ {
 		clock = clock.Add(10 * time.Millisecond)
@@ -95,30 +95,30 @@ func TestProgressDrawing(t *testing.T) {
 		t.Fatalf("done: %q", out.String())
 	}
 
-	var nilBar *progress // what a disabled bar is: every method is a no-op
+	var nilBar *Progress // what a disabled bar is: every method is a no-op
 	nilBar.Add(1)
 	nilBar.SetLabel("x")
 	nilBar.Clear()
 	nilBar.Done()
 
-	e := &env{stderr: &out}
-	if e.newProgress("x", 10, "") != nil {
+	e := &Env{Stderr: &out}
+	if e.NewProgress("x", 10, "") != nil {
 		t.Fatal("a bar on a writer that is not a terminal")
 	}
 	// A pseudo-terminal is a terminal: a bar of its width is drawn on it.
 	tty := openPTY(t, 50)
-	e = &env{stderr: tty}
-	bar := e.newProgress("pty", 10, "")
+	e = &Env{Stderr: tty}
+	bar := e.NewProgress("pty", 10, "")
 	if bar == nil || bar.width != 50 {
 		t.Fatalf("no bar on a terminal: %+v", bar)
 	}
-	e.noProgress = true
-	if e.newProgress("x", 10, "") != nil {
+	e.NoProgress = true
+	if e.NewProgress("x", 10, "") != nil {
 		t.Fatal("--no-progress ignored")
 	}
-	e.noProgress = false
+	e.NoProgress = false
 	t.Setenv("CTXD_NO_PROGRESS", "1")
-	if e.newProgress("x", 10, "") != nil {
+	if e.NewProgress("x", 10, "") != nil {
 		t.Fatal("CTXD_NO_PROGRESS ignored")
 	}
 }

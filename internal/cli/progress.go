@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -14,12 +14,12 @@ import (
 	"github.com/ctxd/ctxd/client"
 )
 
-// progress is a one-line progress bar on stderr for a loop with a known
+// Progress is a one-line progress bar on stderr for a loop with a known
 // total. It draws only when stderr is a terminal and neither --no-progress
-// nor CTXD_NO_PROGRESS is set; otherwise newProgress returns nil, and every
-// method of a nil *progress does nothing, so callers never check.
+// nor CTXD_NO_PROGRESS is set; otherwise NewProgress returns nil, and every
+// method of a nil *Progress does nothing, so callers never check.
 // Redraws are rate-limited; one goroutine drives a bar at a time.
-type progress struct {
+type Progress struct {
 	out     io.Writer
 	width   int // terminal columns
 	label   string
@@ -35,21 +35,21 @@ type progress struct {
 // progressEvery is the shortest interval between two redraws.
 const progressEvery = 100 * time.Millisecond
 
-// newProgress starts a bar for total units of work (unit names them: "trials",
+// NewProgress starts a bar for total units of work (unit names them: "trials",
 // "tokens"; "B" shows bytes in KiB/MiB/GiB), or returns nil when no bar
 // should be drawn.
-func (e *env) newProgress(label string, total int64, unit string) *progress {
-	if e.noProgress || total <= 0 {
+func (e *Env) NewProgress(label string, total int64, unit string) *Progress {
+	if e.NoProgress || total <= 0 {
 		return nil
 	}
 	if v := os.Getenv("CTXD_NO_PROGRESS"); v != "" && v != "0" {
 		return nil
 	}
-	width, ok := terminalWidth(e.stderr)
+	width, ok := terminalWidth(e.Stderr)
 	if !ok {
 		return nil
 	}
-	p := &progress{out: e.stderr, width: width, label: label, unit: unit, total: total, now: time.Now}
+	p := &Progress{out: e.Stderr, width: width, label: label, unit: unit, total: total, now: time.Now}
 	p.start = p.now()
 	p.draw(true)
 	return p
@@ -73,14 +73,14 @@ func terminalWidth(w io.Writer) (int, bool) {
 }
 
 // Add records n more units done.
-func (p *progress) Add(n int64) {
+func (p *Progress) Add(n int64) {
 	if p != nil {
 		p.Set(p.done + n)
 	}
 }
 
 // Set records done units done (clamped to the total).
-func (p *progress) Set(done int64) {
+func (p *Progress) Set(done int64) {
 	if p == nil {
 		return
 	}
@@ -89,7 +89,7 @@ func (p *progress) Set(done int64) {
 }
 
 // SetLabel changes the text before the bar (shown at the next redraw).
-func (p *progress) SetLabel(label string) {
+func (p *Progress) SetLabel(label string) {
 	if p != nil {
 		p.label = label
 	}
@@ -97,7 +97,7 @@ func (p *progress) SetLabel(label string) {
 
 // Clear erases the bar's line, so that other output can be written; the
 // next update draws it again.
-func (p *progress) Clear() {
+func (p *Progress) Clear() {
 	if p == nil || !p.visible {
 		return
 	}
@@ -107,7 +107,7 @@ func (p *progress) Clear() {
 }
 
 // Done draws the final state and ends the line, leaving it on the screen.
-func (p *progress) Done() {
+func (p *Progress) Done() {
 	if p == nil {
 		return
 	}
@@ -118,7 +118,7 @@ func (p *progress) Done() {
 	p.visible = false
 }
 
-func (p *progress) draw(force bool) {
+func (p *Progress) draw(force bool) {
 	t := p.now()
 	if !force && p.visible && t.Sub(p.drawn) < progressEvery {
 		return
@@ -246,9 +246,9 @@ func fmtDuration(d time.Duration) string {
 	return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
 }
 
-// tick wraps a per-item callback (next may be nil) so that each call
+// Tick wraps a per-item callback (next may be nil) so that each call
 // clears the bar, lets next print, and advances the bar by one.
-func tick[T any](p *progress, next func(T)) func(T) {
+func Tick[T any](p *Progress, next func(T)) func(T) {
 	return func(v T) {
 		p.Clear()
 		if next != nil {
@@ -258,11 +258,11 @@ func tick[T any](p *progress, next func(T)) func(T) {
 	}
 }
 
-// callProgress returns a context under which a long call (EnsurePrefix,
+// CallProgress returns a context under which a long call (EnsurePrefix,
 // PrefillSuffix, Restore) asks the daemon for progress and draws it, and
 // the function that ends the bar.
-func (e *env) callProgress(ctx context.Context, label string) (context.Context, func()) {
-	var bar *progress
+func (e *Env) CallProgress(ctx context.Context, label string) (context.Context, func()) {
+	var bar *Progress
 	started := false
 	var total int64
 	ctx = client.WithProgress(ctx, func(p client.Progress) {
@@ -276,7 +276,7 @@ func (e *env) callProgress(ctx context.Context, label string) (context.Context, 
 			if p.Phase == "restore" {
 				unit = "blocks"
 			}
-			bar = e.newProgress(label, p.Total, unit)
+			bar = e.NewProgress(label, p.Total, unit)
 		}
 		bar.Set(p.Done)
 	})

@@ -1,4 +1,8 @@
-package ctxtrace
+// Package hist holds ctxd's log2 timing histograms and their JSON
+// summaries: pure Go, no eBPF, so the operator's ctxctl can print the
+// daemon's Go-side timings without linking the tracer (tools/ctxtrace
+// re-exports these names).
+package hist
 
 import (
 	"math"
@@ -6,6 +10,9 @@ import (
 
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
+
+// NumBuckets mirrors NBUCKETS in tools/ctxtrace's eBPF C source.
+const NumBuckets = 64
 
 // Hist is a log2 histogram of nanoseconds: Buckets[k] counts values v with
 // 2^k <= v < 2^(k+1) (bucket 0 also holds 0).
@@ -106,4 +113,21 @@ func HistFromWire(w *pb.TimingHistogram) Hist {
 		}
 	}
 	return h
+}
+
+// whatGoSide describes a Go-side timing by its name prefix.
+func whatGoSide(name string) string {
+	switch {
+	case len(name) > 12 && name[:12] == "fetch_phase.":
+		return "Go-side timing of fetch phase " + name[12:]
+	case len(name) > 6 && name[:6] == "fetch.":
+		return "Go-side time to read a block from tier " + name[6:]
+	case len(name) > 8 && name[:8] == "request.":
+		return "Go-side time to serve " + name[8:] + " calls"
+	case name == "cold_read":
+		return "Go-side SSD-tier read time"
+	case name == "cold_write":
+		return "Go-side SSD-tier write time"
+	}
+	return "Go-side timing"
 }
