@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 )
 
-// Private is a ctxd served from inside another program (ctxctl's replay
-// and benchmarks, tests): a real Server on its own socket and data
+// Private is a ctxd served from inside another program (ctxbench's
+// benchmarks and evaluations, tests): a real Server on its own socket and data
 // directory, reached through the real protocol.
 type Private struct {
 	Server *Server
