@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd/internal/testmodel"
@@ -15,6 +16,56 @@ func ctl(t *testing.T, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
 	code := run(args, &out, &errb)
 	return code, out.String(), errb.String()
+}
+
+func TestUsageAndUnknownCommands(t *testing.T) {
+	if code, _, _ := ctl(t, "frobnicate"); code != 2 {
+		t.Fatalf("unknown command: %d", code)
+	}
+	if code, _, _ := ctl(t, "bench"); code != 2 {
+		t.Fatalf("bench without a benchmark: %d", code)
+	}
+	if code, _, _ := ctl(t, "gen-model"); code != 2 {
+		t.Fatalf("gen-model without --out: %d", code)
+	}
+	// The operator's commands are in ctxctl.
+	if code, _, errs := ctl(t, "status"); code != 2 || !strings.Contains(errs, "ctxctl") {
+		t.Fatalf("status: %d %s", code, errs)
+	}
+}
+
+func TestBenchReplayJSONWithPrivateDaemon(t *testing.T) {
+	dir := t.TempDir()
+	tr := filepath.Join(dir, "t.traj")
+	os.WriteFile(tr, []byte(`{"history": [
+		{"role": "system", "content": "You are an agent."},
+		{"role": "user", "content": "Fix the bug in add."},
+		{"role": "assistant", "content": "open math.py"},
+		{"role": "user", "content": "def add(a, b): return a - b"},
+		{"role": "assistant", "content": "edit the sign"}]}`), 0o600)
+	code, out, errs := ctl(t, "bench", "replay", "--traces", dir, "--model", testmodel.Stories(t), "--ctx", "512", "--json")
+	if code != 0 {
+		t.Fatalf("bench replay: %d %s", code, errs)
+	}
+	var rep struct {
+		Traces []struct {
+			Trace   string `json:"trace"`
+			Summary struct {
+				ReuseRatio    float64  `json:"reuse_ratio"`
+				PromptReuse   float64  `json:"prompt_reuse"`
+				WarmColdRatio *float64 `json:"warm_cold_ratio"`
+			} `json:"summary"`
+		} `json:"traces"`
+		Total struct {
+			ColdMatchAll bool `json:"cold_match_all"`
+		} `json:"total"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if len(rep.Traces) != 1 || rep.Traces[0].Summary.ReuseRatio < 0.99 || rep.Traces[0].Summary.WarmColdRatio == nil || !rep.Total.ColdMatchAll {
+		t.Fatalf("report: %s", out)
+	}
 }
 
 func TestEvalRecallAndScale(t *testing.T) {
