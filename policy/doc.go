@@ -4,7 +4,9 @@
 // what an edit or a new turn invalidates, and, for contexts longer than the
 // model's window, which KV blocks are hot in the engine for a turn and at
 // which positions (PlanHotSet, EvictionOrder, LatencyHotBudget), given how
-// relevant each block is to the turn (Scorer, BM25Index).
+// relevant each block is to the turn (Scorer, BM25Index, asked with what
+// the turn brings: TurnQuery, TurnRecentTokens; which scorers run:
+// ScorerSet).
 //
 // Invariants, which every file in this package keeps:
 //
