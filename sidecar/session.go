@@ -86,6 +86,9 @@ type syncResult struct {
 type prompt struct {
 	tokens []engine.Token
 	spans  []span
+	// turn is where the tokens the turn brings start (its volatile
+	// segments): what retrieval asks with. 0 when not a turn.
+	turn int
 }
 
 // tokenizeSegments renders segments into tokens, BOS first when first is

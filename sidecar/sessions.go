@@ -186,7 +186,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		if err != nil {
 			return err
 		}
-		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...)}
+		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...), turn: len(stable.tokens)}
 		res, err = srv.sync(ctx, sess, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
 		base := len(stable.tokens)
