@@ -112,7 +112,7 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 		}
 		if !ok {
 			var err error
-			toks, err = m.Tokenize(seg.Text, false)
+			toks, err = tokenizeSegment(m, seg)
 			if err != nil {
 				return prompt{}, fmt.Errorf("%w: segment %q: %w", protocol.ErrInvalidManifest, seg.ID, err)
 			}
@@ -128,6 +128,28 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 		p.spans = append(p.spans, span{seg: meta, start: start, end: pos0 + len(p.tokens)})
 	}
 	return p, nil
+}
+
+// tokenizeSegment tokenizes one segment's text: its control spans with the
+// model's special-token texts parsed, every other run with them left as
+// text, so only the spans a chat template wrote become control tokens.
+func tokenizeSegment(m engine.Model, seg policy.Segment) ([]engine.Token, error) {
+	if len(seg.Control) == 0 {
+		return m.Tokenize(seg.Text, false)
+	}
+	var out []engine.Token
+	for _, p := range seg.Pieces() {
+		tokenize := func(s string) ([]engine.Token, error) { return m.Tokenize(s, false) }
+		if p.Control {
+			tokenize = m.TokenizeSpecial
+		}
+		toks, err := tokenize(p.Text)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, toks...)
+	}
+	return out, nil
 }
 
 // sync makes the tape equal target (tokens and spans), keeping the longest
