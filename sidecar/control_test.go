@@ -39,6 +39,14 @@ func TestControlSpansTokenizeAsControlTokens(t *testing.T) {
 	if special.PromptTokens >= plain.PromptTokens-1 {
 		t.Fatalf("with a control span %d prompt tokens, as text %d", special.PromptTokens, plain.PromptTokens)
 	}
+	// A span that is no control token of the model stays text.
+	same, err := openSession(t, c).EnsurePrefix(ctx, seg([]policy.ControlSpan{{Start: 0, End: 12}, {Start: 12, End: 16}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same.PromptTokens != special.PromptTokens {
+		t.Fatalf("a span over plain text changed the tokens: %d, want %d", same.PromptTokens, special.PromptTokens)
+	}
 	// Another template's manifest does not take this session's KV.
 	other := seg(nil)
 	other.Template = "plain"

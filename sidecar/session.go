@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,22 +133,47 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 
 // tokenizeSegment tokenizes one segment's text: its control spans with the
 // model's special-token texts parsed, every other run with them left as
-// text, so only the spans a chat template wrote become control tokens.
+// text, so only the spans a chat template wrote become control tokens. A
+// span whose text is no special token of this model (it tokenizes the same
+// either way) stays part of the text around it, so a model without the
+// template's control tokens gets exactly the tokens of its text.
 func tokenizeSegment(m engine.Model, seg policy.Segment) ([]engine.Token, error) {
 	if len(seg.Control) == 0 {
 		return m.Tokenize(seg.Text, false)
 	}
 	var out []engine.Token
-	for _, p := range seg.Pieces() {
-		tokenize := func(s string) ([]engine.Token, error) { return m.Tokenize(s, false) }
-		if p.Control {
-			tokenize = m.TokenizeSpecial
+	run := 0 // start in seg.Text of the text not yet tokenized
+	flush := func(end int) error {
+		if end > run {
+			toks, err := m.Tokenize(seg.Text[run:end], false)
+			if err != nil {
+				return err
+			}
+			out = append(out, toks...)
 		}
-		toks, err := tokenize(p.Text)
+		return nil
+	}
+	for _, c := range seg.Control {
+		span := seg.Text[c.Start:c.End]
+		special, err := m.TokenizeSpecial(span)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, toks...)
+		plain, err := m.Tokenize(span, false)
+		if err != nil {
+			return nil, err
+		}
+		if slices.Equal(special, plain) {
+			continue // no control token: text
+		}
+		if err := flush(c.Start); err != nil {
+			return nil, err
+		}
+		out = append(out, special...)
+		run = c.End
+	}
+	if err := flush(len(seg.Text)); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
