@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/engine/llama"
-	"github.com/ctxd/ctxd/internal/testmodel"
+	"github.com/ctxd/ctxd/internal/testmodel/chatmodel"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -48,13 +48,13 @@ func TestChatTemplateControlTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, ids := testmodel.ChatML(t, string(tmpl))
+	path, ids := chatmodel.ChatML(t, string(tmpl))
 	md, err := llama.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer md.Close()
-	start := testmodel.ChatMLMarkers[0]
+	start := chatmodel.Markers[0]
 	if toks, err := md.TokenizeSpecial(start); err != nil || len(toks) != 1 || toks[0] != ids[0] {
 		t.Fatalf("TokenizeSpecial(%q) = %v, %v; want the one control token %d", start, toks, err, ids[0])
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/client"
-	"github.com/ctxd/ctxd/internal/testmodel"
+	"github.com/ctxd/ctxd/internal/testmodel/chatmodel"
 	"github.com/ctxd/ctxd/policy"
 )
 
@@ -15,7 +15,7 @@ import (
 // manifest of a client-rendered template ("chat:<name>") gets a
 // compatibility key of its own.
 func TestControlSpansTokenizeAsControlTokens(t *testing.T) {
-	path, _ := testmodel.ChatML(t, "{{ messages }}")
+	path, _ := chatmodel.ChatML(t, "{{ messages }}")
 	ts := startServer(t, Config{ModelPath: path})
 	c := dial(t, ts)
 	ctx := context.Background()

@@ -4,16 +4,16 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/ctxd/ctxd/internal/testmodel"
+	"github.com/ctxd/ctxd/internal/testmodel/chatmodel"
 )
 
 // TestTokenizeSpecial: with special-token texts parsed, a control
 // marker is its one control token; Tokenize keeps it text, even inside
 // other text.
 func TestTokenizeSpecial(t *testing.T) {
-	path, ids := testmodel.ChatML(t, "{{ messages }}")
+	path, ids := chatmodel.ChatML(t, "{{ messages }}")
 	m := loadOnTestBackend(t, path)
-	for i, marker := range testmodel.ChatMLMarkers {
+	for i, marker := range chatmodel.Markers {
 		got, err := m.TokenizeSpecial(marker)
 		if err != nil || len(got) != 1 || got[0] != ids[i] {
 			t.Fatalf("TokenizeSpecial(%q) = %v, %v; want [%d]", marker, got, err, ids[i])
@@ -28,7 +28,7 @@ func TestTokenizeSpecial(t *testing.T) {
 			}
 		}
 	}
-	mixed, err := m.TokenizeSpecial("a" + testmodel.ChatMLMarkers[0] + "b")
+	mixed, err := m.TokenizeSpecial("a" + chatmodel.Markers[0] + "b")
 	if err != nil || !slices.Contains(mixed, ids[0]) {
 		t.Fatalf("TokenizeSpecial of text around a marker = %v, %v", mixed, err)
 	}

@@ -1,4 +1,4 @@
-package testmodel
+package chatmodel
 
 import (
 	"os"
@@ -6,19 +6,20 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/internal/gguf"
+	"github.com/ctxd/ctxd/internal/testmodel"
 )
 
-// ChatMLMarkers are the control tokens ChatML writes a copy of stories260K.
-var ChatMLMarkers = []string{"<|im_start|>", "<|im_end|>"}
+// Markers are the ChatML control tokens ChatML gives its model.
+var Markers = []string{"<|im_start|>", "<|im_end|>"}
 
 // ChatML writes, in a temporary folder, a copy of stories260K whose last
-// vocabulary entries are ChatMLMarkers as control tokens (token type 3)
+// vocabulary entries are Markers as control tokens (token type 3)
 // and whose tokenizer.chat_template is tmpl: a real model with a chat
 // template and control tokens, small enough for every test. It returns the
 // path and the markers' token ids.
 func ChatML(t testing.TB, tmpl string) (string, []int32) {
 	t.Helper()
-	src := Stories(t)
+	src := testmodel.Stories(t)
 	f, err := gguf.Open(src)
 	if err != nil {
 		t.Fatal(err)
@@ -31,12 +32,12 @@ func ChatML(t testing.TB, tmpl string) (string, []int32) {
 			continue
 		case "tokenizer.ggml.tokens", "tokenizer.ggml.token_type":
 			arr, ok := kv.Value.(gguf.Array)
-			if !ok || len(arr.Items) < 2*len(ChatMLMarkers) {
+			if !ok || len(arr.Items) < 2*len(Markers) {
 				t.Fatalf("%s: %s is no array", src, kv.Key)
 			}
 			items := append([]any(nil), arr.Items...)
-			for i, m := range ChatMLMarkers {
-				id := len(items) - len(ChatMLMarkers) + i
+			for i, m := range Markers {
+				id := len(items) - len(Markers) + i
 				if kv.Key == "tokenizer.ggml.tokens" {
 					items[id] = m
 					ids = append(ids, int32(id))
@@ -49,7 +50,7 @@ func ChatML(t testing.TB, tmpl string) (string, []int32) {
 		kvs = append(kvs, kv)
 	}
 	kvs = append(kvs, gguf.KV{Key: "tokenizer.chat_template", Value: tmpl})
-	if len(ids) != len(ChatMLMarkers) {
+	if len(ids) != len(Markers) {
 		t.Fatalf("%s has no tokenizer.ggml.tokens", src)
 	}
 	in, err := os.Open(src)
