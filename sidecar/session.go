@@ -125,7 +125,7 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 		start := pos0 + len(p.tokens)
 		p.tokens = append(p.tokens, toks...)
 		meta := seg
-		meta.Text, meta.Tokens = "", nil
+		meta.Text, meta.Tokens, meta.Control = "", nil, nil
 		p.spans = append(p.spans, span{seg: meta, start: start, end: pos0 + len(p.tokens)})
 	}
 	return p, nil
