@@ -103,3 +103,38 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// TestControlSpansStableTurnToTurn: the stable segments of one request come
+// back in the next, text and control spans alike, also when the new
+// message holds marker texts, so the daemon's tokens (and KV reuse) are
+// exact turn to turn.
+func TestControlSpansStableTurnToTurn(t *testing.T) {
+	for _, rt := range realTemplates {
+		t.Run(rt.file, func(t *testing.T) {
+			tm := loadTemplate(t, rt)
+			evil := strings.Join(tm.ControlMarkers(), " ")
+			msgs := []Message{{Role: RoleSystem, Content: "sys"}, {Role: RoleUser, Content: "u1"}, {Role: RoleAssistant, Content: "a1"}, {Role: RoleUser, Content: "u2"}}
+			first, err := tm.Render(msgs, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next, err := tm.Render(append(msgs, Message{Role: RoleAssistant, Content: "a2"}, Message{Role: RoleUser, Content: "u3 " + evil}), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stable := 0
+			for i, s := range first.Segments {
+				if !s.Stable {
+					break
+				}
+				stable++
+				if i >= len(next.Segments) || next.Segments[i].Digest() != s.Digest() {
+					t.Fatalf("stable segment %s (%d control spans) is not the next turn's segment %d", s.ID, len(s.Control), i)
+				}
+			}
+			if stable == 0 {
+				t.Fatal("no stable segment")
+			}
+		})
+	}
+}
