@@ -135,6 +135,8 @@ INSTALL_BINARIES ?= $(BINARIES)
 install: build
 	install -d "$(PREFIX)/bin" "$(UNITDIR)"
 	install -m 0755 $(INSTALL_BINARIES) "$(PREFIX)/bin/"
+	@# GPU backends built by make gpu go beside the installed ctxd, where it looks for them.
+	@if ls bin/backends/*.so* >/dev/null 2>&1; then install -d "$(PREFIX)/bin/backends" && install -m 0644 bin/backends/*.so* "$(PREFIX)/bin/backends/" && echo "installed GPU backends in $(PREFIX)/bin/backends"; fi
 	sed 's|^ExecStart=.*|ExecStart="$(subst %,%%,$(abspath $(PREFIX)))/bin/ctxd"|' deploy/systemd/ctxd.service > "$(UNITDIR)/.ctxd.service.tmp"
 	install -m 0644 "$(UNITDIR)/.ctxd.service.tmp" "$(UNITDIR)/ctxd.service"
 	rm -f "$(UNITDIR)/.ctxd.service.tmp"

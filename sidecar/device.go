@@ -53,7 +53,9 @@ func planDevice(cfg *Config, path string, contextTokens int, kv policy.KVType) (
 	}
 	layout, err := llama.ReadLayout(path)
 	if err != nil {
-		return devicePlan{}, fmt.Errorf("%w: %v", protocol.ErrBadModel, err)
+		// llama.cpp judges the file when it loads it; what ctxd's own
+		// reader could not size stays on the CPU, with the reason.
+		return devicePlan{reason: fmt.Sprintf("%s: cannot size the layers to offload (%v): every layer on the CPU", dev.Name, err)}, nil
 	}
 	cells := deviceKVTokens(cfg, layout, contextTokens)
 	batch := cfg.BatchTokens

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func TestHTTPSettings(t *testing.T) {
 	}
 	var out bytes.Buffer
 	inv.cfg.print(&out)
-	if strings.Contains(out.String(), "sekret") || !strings.Contains(out.String(), `api-key        = "(set)"`) {
+	if strings.Contains(out.String(), "sekret") || !regexp.MustCompile(`(?m)^api-key +=\s+"\(set\)"`).MatchString(out.String()) {
 		t.Errorf("print-config shows the key or not its presence:\n%s", out.String())
 	}
 	inv, _ = parse(t, envMap{})

@@ -2,9 +2,13 @@
 //
 //	ctxd [--config FILE] [--model PATH] [--ctx N] [--socket PATH] [--data-dir DIR]
 //	     [--kv-type f16|q8_0] [--flash-attn] [--hot auto|N] ... [--http ADDR|off] [--print-config]
+//	     [--backend-dir DIR] [--device cpu|vulkan|cuda|NAME] [--gpu-layers N]
 //
 // Besides the Unix socket it serves the OpenAI- and Ollama-compatible HTTP
-// API of package httpapi (default 127.0.0.1:11435).
+// API of package httpapi (default 127.0.0.1:11435). At start it loads the
+// GPU backend libraries of --backend-dir (default: backends beside the
+// binary) and logs which devices they offer, or in one line why it runs on
+// the CPU.
 //
 // Every setting is also a key of the TOML config file
 // ($XDG_CONFIG_HOME/ctxd/ctxd.toml by default) and an environment variable

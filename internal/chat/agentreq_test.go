@@ -141,9 +141,11 @@ func TestRecordedAgentRequests(t *testing.T) {
 		t.Fatal(err)
 	}
 	templates := map[string]*Template{"fallback": mustFallback(t)}
+	fresh := map[string]func() *Template{"fallback": func() *Template { return mustFallback(t) }}
 	lastUser := map[string]bool{}
 	for _, rt := range realTemplates {
 		templates[rt.file] = loadTemplate(t, rt)
+		fresh[rt.file] = func() *Template { return loadTemplate(t, rt) }
 		lastUser[rt.file] = rt.lastUser
 	}
 	for _, dir := range sessions {
@@ -155,6 +157,14 @@ func TestRecordedAgentRequests(t *testing.T) {
 		for name, tm := range templates {
 			t.Run(filepath.Base(dir)+"/"+name, func(t *testing.T) {
 				for _, r := range reqs {
+					// The cut-point cache changes nothing: a fresh
+					// template renders the same manifest.
+					if m, err := tm.Render(r.msgs, r.tools); err == nil {
+						fresh, err := fresh[name]().Render(r.msgs, r.tools)
+						if err != nil || !reflect.DeepEqual(m, fresh) {
+							t.Fatalf("%s: a fresh template renders otherwise (%v)", r.file, err)
+						}
+					}
 					if lastUser[name] && !alternates(r.msgs) {
 						// Mistral's templates refuse this (opencode's
 						// title request has two user messages in a row).

@@ -17,8 +17,9 @@
 // Files: message.go (the API's messages and tools), template.go
 // (NewTemplate, names, stop strings, control markers), family.go (family
 // detection), jinja.go (template variables), fallback.go (the fallback
-// layout), render.go (cut points and stability), control.go (which
-// markers are control tokens), strftime.go,
+// layout), render.go (cut points and stability), cutcache.go (what the
+// last turns' renderings gave, so a turn re-renders only its new
+// messages), control.go (which markers are control tokens), strftime.go,
 // toolparse.go (the streaming parser), toolcall_json.go (Hermes, Llama 3,
 // Mistral calls), toolcall_xml.go (Qwen3-Coder calls).
 //

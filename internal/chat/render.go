@@ -60,34 +60,13 @@ func (t *Template) renderSegments(msgs []Message, tools []Tool) (policy.Manifest
 	// bounds[k] is the end of messages[:k] in full, or -1 when rendering
 	// messages[:k] is not a prefix of full.
 	bounds := make([]int, n+1)
+	keys := prefixKeys(msgs, tools)
+	ph := &prefixHasher{s: full}
 	last := 0
 	for k := 0; k <= n; k++ {
-		bounds[k] = -1
-		s, err := t.text(msgs[:k], tools, false)
-		if err == nil && len(s) >= last && strings.HasPrefix(full, s) {
-			bounds[k] = len(s)
-			last = len(s)
-			continue
-		}
-		if k == 0 || k == n {
-			continue
-		}
-		// Templates that render the last user message apart (Mistral
-		// puts the tools and the system prompt there) render messages[:k]
-		// as history only when more turns follow: cut where such a
-		// rendering departs from full, at the start of the marker both
-		// begin the next message with.
-		s, err = t.text(append(msgs[:k:k], historyProbe...), tools, false)
-		if err != nil {
-			continue
-		}
-		c := t.markerFloor(full, commonPrefix(s, full))
-		if c > last {
-			c = t.endFloor(full, last, c)
-		}
-		if c > last && c < len(full) {
-			bounds[k] = c
-			last = c
+		bounds[k] = t.cut(msgs, k, tools, full, last, keys[k], ph)
+		if bounds[k] >= 0 {
+			last = bounds[k]
 		}
 	}
 	// The head is everything before the first non-system message: the
@@ -145,6 +124,69 @@ func (t *Template) renderSegments(msgs []Message, tools []Tool) (policy.Manifest
 	}
 	markStable(segs, t.stableEnd(msgs, tools, full, bounds, headEnd))
 	return policy.Manifest{Segments: segs, Template: t.name}, nil
+}
+
+// cut returns where messages[:k] end in full, after last, or -1 when
+// there is no cut point there. The exact cut is the end of rendering
+// messages[:k] when that is a prefix of full. Templates that render the
+// last user message apart (Mistral puts the tools and the system prompt
+// there) render messages[:k] as history only when more turns follow: then
+// the cut is where such a rendering departs from full, moved back to the
+// start of the marker both begin the next message with and to the end of
+// the last end-of-turn marker. What the renderings gave is kept in t.cuts
+// and checked against full before it is used again.
+func (t *Template) cut(msgs []Message, k int, tools []Tool, full string, last int, key uint64, ph *prefixHasher) int {
+	e, cached := t.cuts.get(key)
+	var exact bool
+	switch {
+	case cached && e.exactLen >= 0 && e.exactLen <= len(full) && ph.sum(e.exactLen) == e.exactHash:
+		exact = true
+	case cached && e.exactLen < 0:
+		// The template refused messages[:k]; it still does.
+	default:
+		e = cutEntry{exactLen: -1}
+		if s, err := t.text(msgs[:k], tools, false); err == nil {
+			e.exactLen, e.exactHash = len(s), hashString(s)
+			exact = strings.HasPrefix(full, s)
+		}
+	}
+	defer func() { t.cuts.put(key, e) }()
+	if exact && e.exactLen >= last {
+		return e.exactLen
+	}
+	if k == 0 || k == len(msgs) {
+		return -1
+	}
+	if e.probed && !e.probeErr {
+		c := e.probeLen
+		if c > len(full) || ph.sum(c) != e.probeHash || (e.probeNext >= 0 && c < len(full) && full[c] == byte(e.probeNext)) {
+			e.probed = false // full departs elsewhere now
+		}
+	}
+	if !e.probed {
+		e.probed = true
+		s, err := t.text(append(msgs[:k:k], historyProbe...), tools, false)
+		if err != nil {
+			e.probeErr = true
+		} else {
+			c := commonPrefix(s, full)
+			e.probeErr, e.probeLen, e.probeHash, e.probeNext = false, c, hashString(s[:c]), -1
+			if c < len(s) {
+				e.probeNext = int(s[c])
+			}
+		}
+	}
+	if e.probeErr {
+		return -1
+	}
+	c := t.markerFloor(full, e.probeLen)
+	if c > last {
+		c = t.endFloor(full, last, c)
+	}
+	if c > last && c < len(full) {
+		return c
+	}
+	return -1
 }
 
 // stableEnd returns the offset in full up to which the rendering is

@@ -33,6 +33,8 @@ type Template struct {
 	// markers are the control markers the template writes (see
 	// templateMarkers); cuts never split one.
 	markers []string
+	// cuts remembers the renderings that found cut points (cutcache.go).
+	cuts cutCache
 }
 
 // NewTemplate parses the model's template; ChatTemplate == "" selects the

@@ -3,6 +3,7 @@ package chat
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -84,4 +85,33 @@ func suffixBytes(m policy.Manifest) int {
 		n += len(s.Text)
 	}
 	return n
+}
+
+// A template that writes the date: the next day's rendering of the same
+// conversation is a fresh one, whatever the cut-point cache holds.
+func TestRenderNextDay(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("testdata", "llama3.2.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := testClock()
+	info := ModelInfo{ChatTemplate: string(src), BOS: "<|begin_of_text|>", EOS: "<|eot_id|>", Now: func() time.Time { return day }}
+	tm, err := NewTemplate(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := checkManifest(t, tm, conversation, testTools)
+	day = day.Add(24 * time.Hour)
+	next := checkManifest(t, tm, conversation, testTools)
+	other, _ := NewTemplate(info)
+	fresh, err := other.Render(conversation, testTools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(next, fresh) {
+		t.Fatal("the next day's manifest differs from a fresh template's")
+	}
+	if joined(first) == joined(next) || !strings.Contains(joined(next), "02 Dec 2026") {
+		t.Fatalf("the date did not change: %.300q", joined(next))
+	}
 }

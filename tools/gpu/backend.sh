@@ -33,8 +33,10 @@ cache=${CTXD_GPU_CACHE:-$HOME/.cache/ctxd/gpu}
 jobs=${GPU_JOBS:-$(nproc)}
 
 case "$gpu" in
-vulkan) preset=Vulkan target=ggml-vulkan ;;
-cuda) preset="CUDA 13" target=ggml-cuda ;;
+vulkan) preset=Vulkan target=ggml-vulkan skip=() ;;
+# The module's CMakeLists configures Vulkan whenever its headers are found,
+# which fails without glslc: a CUDA build does not need it.
+cuda) preset="CUDA 13" target=ggml-cuda skip=(-DCMAKE_DISABLE_FIND_PACKAGE_Vulkan=ON) ;;
 *) echo "backend.sh: GPU must be vulkan or cuda, not '$gpu'" >&2; exit 2 ;;
 esac
 for f in CMakeLists.txt CMakePresets.json ml/backend/ggml/ggml/src/CMakeLists.txt; do
@@ -86,7 +88,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 	# $ORIGIN: the backend finds libggml-base beside itself wherever OUTDIR is.
 	arch=()
 	[ -n "${CUDA_ARCHITECTURES:-}" ] && arch=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCHITECTURES")
-	cmake -S "$src" -B "$build" --preset "$preset" "${gen[@]}" "${arch[@]}" \
+	cmake -S "$src" -B "$build" --preset "$preset" "${gen[@]}" "${arch[@]}" "${skip[@]}" \
 		-DCMAKE_BUILD_RPATH='$ORIGIN' -DCMAKE_INSTALL_RPATH='$ORIGIN'
 fi
 cmake --build "$build" --target "$target" -j "$jobs"

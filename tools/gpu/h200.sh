@@ -68,6 +68,7 @@ if [[ $phase == bench || $phase == all ]]; then
 		f="$pack/synth-$shape.gguf"
 		[ -f "$f" ] || run "$bin/ctxctl" --no-progress gen-model --from "$CTXD_MODEL" "${dims[@]}" --ctx 32768 --out "$f"
 		run "$bin/ctxctl" --no-progress bench speed --model "$f" --prompt $prompt --generate $gen --flash-attn --json | tee "$out/speed-$shape.json"
+		run "$bin/ctxctl" --no-progress bench speed --model "$f" --prompt $prompt --generate $gen --kv q8_0 --json | tee "$out/speed-$shape-q8.json"
 	done
 fi
 
