@@ -15,4 +15,7 @@
 //     empty between calls.
 //   - A failed or cancelled Decode leaves no part of its batch in the KV.
 //   - A Context is used by one goroutine at a time; Cancel is the exception.
+//   - Tokenize never maps text to a control token: special-token texts stay
+//     text. Only TokenizeSpecial parses them, and the sidecar calls it only
+//     on a segment's control spans (a chat template's own markers).
 package engine

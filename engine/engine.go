@@ -66,8 +66,15 @@ type ContextOptions struct {
 // Model is a loaded model file.
 type Model interface {
 	Facts() Facts
-	// Tokenize turns text into tokens; addBOS prepends BOS when the model uses it.
+	// Tokenize turns text into tokens; addBOS prepends BOS when the model
+	// uses it. Special-token texts in text stay text: user text can never
+	// forge a control token.
 	Tokenize(text string, addBOS bool) ([]Token, error)
+	// TokenizeSpecial is Tokenize with the texts of the model's special
+	// (control) tokens parsed: "<|im_start|>" becomes that token where
+	// the vocabulary has it. Only for text known to be a template's
+	// control markers, never for message content.
+	TokenizeSpecial(text string) ([]Token, error)
 	// Piece is the text of one token, as it appears in generated text.
 	Piece(t Token) string
 	// IsEOG reports whether t ends generation.

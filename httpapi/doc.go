@@ -33,6 +33,10 @@
 //     every KeepAlive while a prefill runs; a client that goes away cancels
 //     its call, which stops decoding within a token and leaves the session
 //     consistent.
+//   - Manifests reach the daemon under the template name "chat:<name>"
+//     (part of the compatibility key), with the control markers the chat
+//     template wrote marked as control spans and marker texts from the
+//     request's content left as text.
 //   - Generated text never shows a stop string or a part of one, and
 //     text that may begin a tool call is held back until the tool parser
 //     decides.

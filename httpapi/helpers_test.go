@@ -42,6 +42,13 @@ func testLogger(t *testing.T) *slog.Logger {
 // with hc (Addr defaults to a free loopback port).
 func startDoor(t *testing.T, sc sidecar.Config, hc Config) *door {
 	t.Helper()
+	return startDoorWith(t, sc, hc, nil)
+}
+
+// startDoorWith is startDoor with the door's backend wrapped by wrap (nil:
+// the daemon itself).
+func startDoorWith(t *testing.T, sc sidecar.Config, hc Config, wrap func(Backend) Backend) *door {
+	t.Helper()
 	if sc.ModelPath == "" {
 		sc.ModelPath = testmodel.Stories(t)
 	}
@@ -60,7 +67,11 @@ func startDoor(t *testing.T, sc sidecar.Config, hc Config) *door {
 		hc.Addr = "127.0.0.1:0"
 	}
 	hc.Logger = sc.Logger
-	s := New(p.Server, hc)
+	var b Backend = p.Server
+	if wrap != nil {
+		b = wrap(b)
+	}
+	s := New(b, hc)
 	ln, err := s.Listen()
 	if err != nil {
 		p.Stop()

@@ -126,7 +126,7 @@ func (s *Server) prepareOllamaChat(ctx context.Context, h http.Header, req *olla
 	if err != nil {
 		return nil, err
 	}
-	return &chatTurn{model: mi, manifest: forDaemon(m), params: p, key: sessionKey(h, "", ""), tools: tools, chat: true}, nil
+	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, "", ""), tools: tools, chat: true}, nil
 }
 
 func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -159,7 +159,7 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, true, err)
 		return
 	}
-	t := &chatTurn{model: mi, manifest: forDaemon(m), params: p, key: sessionKey(r.Header, "", "")}
+	t := &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(r.Header, "", "")}
 	s.serveOllama(w, r, t, req.Stream == nil || *req.Stream)
 }
 

@@ -373,7 +373,7 @@ func (s *Server) prepareOpenAIChat(ctx context.Context, h http.Header, req *oaiC
 	if err != nil {
 		return nil, err
 	}
-	return &chatTurn{model: mi, manifest: forDaemon(m), params: p, key: sessionKey(h, req.PromptCacheKey, req.User), tools: tools, chat: true}, nil
+	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, req.PromptCacheKey, req.User), tools: tools, chat: true}, nil
 }
 
 func openAIParams(maxA, maxB *int, temp, topP *float64, topK *int, seed *int64, stop json.RawMessage) (decodeParams, error) {
@@ -390,10 +390,13 @@ func openAIParams(maxA, maxB *int, temp, topP *float64, topK *int, seed *int64, 
 }
 
 // forDaemon readies a rendered manifest for the daemon: the chat template
-// has already produced the text, so the daemon uses it as is (template
-// plain); the template's name stays in the session's segments' IDs only.
-func forDaemon(m policy.Manifest) policy.Manifest {
-	m.Template = ""
+// has already produced the text (and marked its control markers), so the
+// daemon uses it as is under the template name "chat:<name>", which enters
+// the compatibility key: KV of prompts rendered by another template never
+// mixes with it. Raw prompts carry the same name, so one door session can
+// serve both kinds of request; their texts have no control spans.
+func forDaemon(m policy.Manifest, t *chat.Template) policy.Manifest {
+	m.Template = "chat:" + t.Name()
 	return m
 }
 
@@ -461,7 +464,7 @@ func (s *Server) prepareCompletion(ctx context.Context, h http.Header, req *oaiC
 	if req.MaxTokens == nil {
 		p.maxTokens = 16 // the Completions API's documented default
 	}
-	return &chatTurn{model: mi, manifest: forDaemon(m), params: p, key: sessionKey(h, req.PromptCacheKey, req.User)}, nil
+	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, req.PromptCacheKey, req.User)}, nil
 }
 
 // serveOpenAI runs a prepared turn and answers in OpenAI's shape: object

@@ -72,6 +72,17 @@ func (e *encoder) segment(s *Segment) {
 			e.uint(uint64(uint32(t)))
 		}
 	}
+	if len(s.Control) > 0 {
+		// Appended only when present, like tokens, under a tag of its
+		// own: the same text tokenized with control tokens is another
+		// segment.
+		e.uint(^uint64(1))
+		e.uint(uint64(len(s.Control)))
+		for _, c := range s.Control {
+			e.uint(uint64(c.Start))
+			e.uint(uint64(c.End))
+		}
+	}
 }
 
 func (e *encoder) sum() (d [32]byte) {

@@ -4,10 +4,12 @@
 // what an edit or a new turn invalidates, and, for contexts longer than the
 // model's window, which KV blocks are hot in the engine for a turn and at
 // which positions (PlanHotSet, EvictionOrder, LatencyHotBudget), given how
-// relevant each block is to the turn (Scorer, BM25Index), and where a model
-// runs: which device (ChooseDevice), how many layers fit its free memory
-// with the compute buffers and the hot-set KV (PlanOffload), and how many
-// CPU threads a decode call may use beside other processes (ComputeThreads).
+// relevant each block is to the turn (Scorer, BM25Index, asked with what
+// the turn brings: TurnQuery, TurnRecentTokens; which scorers run:
+// ScorerSet), and where a model runs: which device (ChooseDevice), how many
+// layers fit its free memory with the compute buffers and the hot-set KV
+// (PlanOffload), and how many CPU threads a decode call may use beside other
+// processes (ComputeThreads).
 //
 // Invariants, which every file in this package keeps:
 //

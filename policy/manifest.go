@@ -35,6 +35,10 @@ type Segment struct {
 	// Stable marks the segment part of the reusable prefix. Stable segments
 	// come first in a manifest.
 	Stable bool
+	// Control are the byte ranges of Text that are control-token texts
+	// (see ControlSpan), in order and disjoint; nil means all of Text is
+	// tokenized as text.
+	Control []ControlSpan
 }
 
 // Manifest is a prompt as ordered segments: a stable prefix, whose KV is
@@ -82,6 +86,9 @@ func (s *Segment) problem() string {
 	case !utf8.ValidString(s.Text):
 		return "text is not valid UTF-8"
 	}
+	if p := controlProblem(s.Control, s.Text, len(s.Tokens)); p != "" {
+		return p
+	}
 	for j, t := range s.Tokens {
 		if t < 0 {
 			return fmt.Sprintf("tokens[%d] is negative (%d)", j, t)
@@ -105,7 +112,8 @@ func (s *Segment) problem() string {
 // defined class (ClassUnspecified allowed); non-empty IDs are unique; stable
 // segments form a prefix (none follows a non-stable one); InvalidateOnEdit
 // needs Paths; paths are non-empty; the template, IDs, paths and text are
-// valid UTF-8.
+// valid UTF-8; control spans are ordered, disjoint, within the text, on rune
+// boundaries, and not set together with tokens.
 func (m *Manifest) Validate() error {
 	if m == nil {
 		return fmt.Errorf("%w: nil manifest", ErrInvalidManifest)

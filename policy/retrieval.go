@@ -8,8 +8,8 @@ type BlockScore struct {
 
 // Scorer scores a session's blocks against a query. It is an incremental
 // index: blocks are added as the context streams in and removed when
-// dropped, and Score runs once per turn with the query, the new suffix plus
-// the recent window, as token ids. BM25Index implements it over token
+// dropped, and Score runs once per turn with the query, what the turn
+// brings (TurnQuery), as token ids. BM25Index implements it over token
 // n-grams; an attention-based scorer can implement it too, keeping per-block
 // key summaries in Add.
 //

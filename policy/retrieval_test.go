@@ -38,28 +38,45 @@ func randomTokens(r *rand.Rand, n, vocab int) []int32 {
 
 func TestBM25NeedleRanksFirst(t *testing.T) {
 	// A 4-token sequence of one block, inside queries of 4, 32 and 200
-	// random tokens, among 1000 blocks of 64 random tokens (vocabulary 512).
-	for seed := int64(1); seed <= 8; seed++ {
-		r := rand.New(rand.NewSource(seed))
-		x := newTestIndex(t)
-		blocks := randomBlocks(r, 1000, 64, 512)
-		for i, b := range blocks {
-			x.Add(uint64(i), b)
-		}
-		for _, qlen := range []int{4, 32, 200} {
-			target := r.Intn(len(blocks))
-			at := r.Intn(64 - 4 + 1)
-			query := randomTokens(r, qlen, 512)
-			copy(query[r.Intn(qlen-4+1):], blocks[target][at:at+4])
-			scores := x.Score(query)
-			if len(scores) != 1000 || scores[0].ID != uint64(target) {
-				rank := -1
-				for i, s := range scores {
-					if s.ID == uint64(target) {
-						rank = i + 1
-					}
+	// random tokens, among 1000 blocks of 64 random tokens (vocabulary 512):
+	// with the default options at the query's end (where a turn asks),
+	// and anywhere in it when every query position weighs alike.
+	anywhere := DefaultBM25Options()
+	anywhere.QueryHalfLife = 0
+	for _, tc := range []struct {
+		name  string
+		opts  BM25Options
+		atEnd bool
+	}{{"defaults, at the end", DefaultBM25Options(), true}, {"half-life 0, anywhere", anywhere, false}} {
+		for seed := int64(1); seed <= 8; seed++ {
+			r := rand.New(rand.NewSource(seed))
+			x, err := NewBM25Index(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocks := randomBlocks(r, 1000, 64, 512)
+			for i, b := range blocks {
+				x.Add(uint64(i), b)
+			}
+			for _, qlen := range []int{4, 32, 200} {
+				target := r.Intn(len(blocks))
+				at := r.Intn(64 - 4 + 1)
+				query := randomTokens(r, qlen, 512)
+				where := qlen - 4
+				if !tc.atEnd {
+					where = r.Intn(qlen - 4 + 1)
 				}
-				t.Errorf("seed %d, query %d tokens: needle block %d ranks %d (top %+v)", seed, qlen, target, rank, scores[:3])
+				copy(query[where:], blocks[target][at:at+4])
+				scores := x.Score(query)
+				if len(scores) != 1000 || scores[0].ID != uint64(target) {
+					rank := -1
+					for i, s := range scores {
+						if s.ID == uint64(target) {
+							rank = i + 1
+						}
+					}
+					t.Errorf("%s: seed %d, query %d tokens: needle block %d ranks %d (top %+v)", tc.name, seed, qlen, target, rank, scores[:3])
+				}
 			}
 		}
 	}

@@ -15,6 +15,7 @@ func SegmentToWire(s policy.Segment) *pb.Segment {
 		Id: s.ID, Kind: pb.SegmentKind(s.Kind), Class: pb.CacheClass(s.Class),
 		InvalidateOnEdit: s.InvalidateOnEdit, InvalidateOnTurn: s.InvalidateOnTurn,
 		Paths: s.Paths, Text: s.Text, Stable: s.Stable, Tokens: s.Tokens,
+		Control: controlToWire(s.Control),
 	}
 }
 
@@ -24,7 +25,32 @@ func SegmentFromWire(s *pb.Segment) policy.Segment {
 		ID: s.GetId(), Kind: policy.SegmentKind(s.GetKind()), Class: policy.CacheClass(s.GetClass()),
 		InvalidateOnEdit: s.GetInvalidateOnEdit(), InvalidateOnTurn: s.GetInvalidateOnTurn(),
 		Paths: s.GetPaths(), Text: s.GetText(), Stable: s.GetStable(), Tokens: s.GetTokens(),
+		Control: controlFromWire(s.GetControl()),
 	}
+}
+
+func controlToWire(spans []policy.ControlSpan) []*pb.ControlSpan {
+	if len(spans) == 0 {
+		return nil
+	}
+	out := make([]*pb.ControlSpan, len(spans))
+	for i, c := range spans {
+		out[i] = &pb.ControlSpan{Start: uint32(c.Start), End: uint32(c.End)}
+	}
+	return out
+}
+
+// controlFromWire converts control spans; offsets past any text stay
+// out of range and are refused by policy's validation.
+func controlFromWire(spans []*pb.ControlSpan) []policy.ControlSpan {
+	if len(spans) == 0 {
+		return nil
+	}
+	out := make([]policy.ControlSpan, len(spans))
+	for i, c := range spans {
+		out[i] = policy.ControlSpan{Start: int(c.GetStart()), End: int(c.GetEnd())}
+	}
+	return out
 }
 
 // ManifestToWire converts a manifest to its wire form.

@@ -53,6 +53,10 @@ type Config struct {
 	ArenaBytes   int64  // host-RAM arena budget; 0 = a quarter of available RAM
 	MetricsAddr  string // --metrics-addr: serve /metrics over HTTP here ("" = off)
 
+	// Scorers ranks parked blocks for retrieval: "lexical" (the default),
+	// "attention", "both" or "none" (like NoRetrieval).
+	Scorers string
+
 	// The SSD tier (snapshots, cross-session resume).
 	NoCold         bool          // run on host RAM only
 	ColdDir        string        // default DataDir/cold
@@ -135,6 +139,9 @@ func (c *Config) fill() error {
 	if (c.HotTokens < 0 && c.HotTokens != HotAuto) || c.Window < 0 || c.BlockTokens < 0 || c.SinkTokens < 0 || c.RecentTokens < 0 || c.ArenaBytes < 0 {
 		return fmt.Errorf("%w: negative hot-set setting", ErrConfig)
 	}
+	if _, err := c.ScorerSet(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if !c.KVType.Valid() {
 		return fmt.Errorf("%w: KV type %v", ErrConfig, c.KVType)
 	}
@@ -165,3 +172,25 @@ func DefaultDataDir() string {
 	}
 	return filepath.Join(os.TempDir(), fmt.Sprintf("ctxd-state-%d", os.Getuid()))
 }
+
+// defaultScorers ranks parked blocks when Config.Scorers is empty.
+const defaultScorers = policy.ScorerLexical
+
+// ScorerSet resolves Scorers and NoRetrieval: the scorers a server with
+// this configuration ranks parked blocks with.
+func (c *Config) ScorerSet() (policy.ScorerSet, error) {
+	if c.NoRetrieval {
+		return policy.ScorerNone, nil
+	}
+	if c.Scorers == "" {
+		return defaultScorers, nil
+	}
+	s, err := policy.ParseScorerSet(c.Scorers)
+	if err == nil && s.Has(policy.ScorerAttention) {
+		return 0, fmt.Errorf("%w: the attention scorer is not implemented yet (README, \"Beyond the trained window\")", ErrScorerUnavailable)
+	}
+	return s, err
+}
+
+// ErrScorerUnavailable reports a retrieval scorer this build cannot run.
+var ErrScorerUnavailable = errors.New("retrieval scorer unavailable")

@@ -83,6 +83,9 @@ func explainHot(rep *pb.ExplainReply, sess *session) [][2]int {
 	if p := h.plan; p != nil {
 		rep.ProtectedTokens, rep.RetrievedTokens = int64(p.ProtectedTokens), int64(p.RetrievedTokens)
 	}
+	if h.retrieval != nil {
+		rep.LastRetrieval = h.retrieval.wire(h)
+	}
 	rep.Diagnostics = append(rep.Diagnostics, h.diag...)
 	rep.Evictions, rep.Admissions = h.evictions, h.admissions
 	return ranges

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"time"
 
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
@@ -61,6 +62,7 @@ type hotState struct {
 	index      *policy.BM25Index
 	turn       int64
 	plan       *policy.HotSetPlan
+	retrieval  *retrievalReport // the last turn's retrieval, for explain
 	evictions  int64
 	admissions int64
 	diag       []string
@@ -72,8 +74,8 @@ const tailID = math.MaxUint64
 type hotConfig struct {
 	budget, window, limit int
 	block, sinks, recent  int
-	reserve               int // room kept after a turn's new tokens for decoding
-	retrieval             bool
+	reserve               int              // room kept after a turn's new tokens for decoding
+	scorers               policy.ScorerSet // policy.ScorerNone: retrieval off
 	maxRetrieved          int
 	noShift               bool // the model cannot shift: hot set off, dense fallback
 }
@@ -499,7 +501,11 @@ func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, ne
 	newToks := target.tokens[kept:]
 	if retrieve && len(newToks) > 0 {
 		sess.hot.turn++
-		if err := srv.retrieveFor(sess, newToks); err != nil {
+		var turn []engine.Token
+		if target.turn > 0 && target.turn < len(target.tokens) {
+			turn = target.tokens[target.turn:]
+		}
+		if err := srv.retrieveFor(sess, newToks, turn); err != nil {
 			return r, err
 		}
 	}
@@ -512,9 +518,10 @@ func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, ne
 	return r, nil
 }
 
-// retrieveFor scores the parked blocks against the new tokens and the
-// recent window, plans the hot set and moves blocks accordingly.
-func (srv *Server) retrieveFor(sess *session, newToks []engine.Token) error {
+// retrieveFor scores the parked blocks against what the turn brings (its
+// own segments, else the new tokens; policy.TurnQuery decides), plans the
+// hot set and moves blocks accordingly.
+func (srv *Server) retrieveFor(sess *session, newToks, turn []engine.Token) error {
 	h, hc := sess.hot, srv.slot.hot
 	if len(h.blocks) == 0 {
 		return nil
@@ -523,20 +530,26 @@ func (srv *Server) retrieveFor(sess *session, newToks []engine.Token) error {
 	for _, b := range h.blocks {
 		b.score, b.reason = 0, ""
 	}
-	if hc.retrieval {
-		recent := sess.tape[max(0, len(sess.tape)-hc.recent):]
-		query := append(append([]engine.Token(nil), newToks...), recent...)
-		for _, s := range h.index.Score(query) {
-			if b := h.find(s.ID); b != nil {
-				b.score = s.Score
+	rep := &retrievalReport{turn: h.turn, scorers: hc.scorers}
+	if hc.scorers != policy.ScorerNone {
+		query := policy.TurnQuery(policy.TurnQueryInput{Turn: turn, New: newToks, MaxTokens: hc.limit})
+		rep.queryTokens = len(query)
+		if hc.scorers.Has(policy.ScorerLexical) {
+			start := time.Now()
+			scores := h.index.Score(query)
+			rep.add("lexical", time.Since(start), scores, h.index.Len(), 0)
+			for _, s := range scores {
+				if b := h.find(s.ID); b != nil {
+					b.score = s.Score
+				}
 			}
 		}
 	}
 	in := policy.HotSetInput{
-		HotBudget: hc.limit, SinkTokens: hc.sinks, RecentTokens: hc.recent, SuffixTokens: suffix,
+		HotBudget: hc.limit, SinkTokens: hc.sinks, RecentTokens: policy.TurnRecentTokens(hc.recent, len(newToks)), SuffixTokens: suffix,
 		TrainedWindow: hc.window, MaxRetrieved: hc.maxRetrieved, MinScore: math.SmallestNonzeroFloat64,
 	}
-	if !hc.retrieval {
+	if hc.scorers == policy.ScorerNone {
 		in.MinScore = math.Inf(1) // nothing is retrieved
 	}
 	in.Blocks = srv.planBlocks(sess, false)
@@ -549,14 +562,26 @@ func (srv *Server) retrieveFor(sess *session, newToks []engine.Token) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
 	}
+	rep.budgetTokens = plan.Limit - in.SuffixTokens - plan.ProtectedTokens
+	rep.admitted = map[uint64]bool{}
+	for _, e := range plan.Layout {
+		if e.Role == policy.RoleRetrieved {
+			rep.admitted[e.ID] = true
+		}
+	}
 	if err := srv.applyPlan(sess, plan); err != nil {
 		return err
 	}
-	h.plan = &plan
+	h.plan, h.retrieval = &plan, rep
 	return nil
 }
 
 func (h *hotState) find(id uint64) *hotBlock {
+	// Blocks are created with increasing ids and kept in stream order.
+	i := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].id >= id })
+	if i < len(h.blocks) && h.blocks[i].id == id {
+		return h.blocks[i]
+	}
 	for _, b := range h.blocks {
 		if b.id == id {
 			return b

@@ -23,6 +23,18 @@ const formatVersion = 1
 // segment's text as is.
 var templates = map[string]bool{"": true, "plain": true}
 
+// renderedPrefix starts the template name of a manifest whose segment
+// texts a client rendered with a chat template of its own ("chat:chatml"):
+// the daemon uses the texts as is, as under plain, and the name enters the
+// compatibility key, so KV of prompts rendered by different templates
+// never mixes.
+const renderedPrefix = "chat:"
+
+// knownTemplate reports whether the daemon can take manifests of template name.
+func knownTemplate(name string) bool {
+	return templates[name] || strings.HasPrefix(name, renderedPrefix) && len(name) > len(renderedPrefix) && len(name) <= 128
+}
+
 func (srv *Server) openSession(ctx context.Context, connID uint64, r *pb.OpenSessionRequest) (*pb.OpenSessionReply, error) {
 	if len(r.GetName()) > 256 {
 		return nil, fmt.Errorf("%w: session name longer than 256 bytes", protocol.ErrInvalidArgument)
@@ -124,8 +136,8 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", protocol.ErrInvalidManifest, err)
 	}
-	if !templates[m.Template] {
-		return nil, fmt.Errorf("%w: unknown prompt template %q (known: plain)", protocol.ErrInvalidManifest, m.Template)
+	if !knownTemplate(m.Template) {
+		return nil, fmt.Errorf("%w: unknown prompt template %q (known: plain, and %s<name> for texts a client rendered)", protocol.ErrInvalidManifest, m.Template, renderedPrefix)
 	}
 	var res syncResult
 	var resumed string
@@ -186,7 +198,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		if err != nil {
 			return err
 		}
-		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...)}
+		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...), turn: len(stable.tokens)}
 		res, err = srv.sync(ctx, sess, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
 		base := len(stable.tokens)

@@ -348,8 +348,12 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 		// within the window is all that is left.
 		return hotConfig{noShift: true}, nil
 	}
+	scorers, err := cfg.ScorerSet()
+	if err != nil {
+		return hotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	hc := hotConfig{budget: cfg.HotTokens, window: cfg.Window, block: cfg.BlockTokens, sinks: cfg.SinkTokens,
-		recent: cfg.RecentTokens, retrieval: !cfg.NoRetrieval, maxRetrieved: cfg.MaxRetrieved}
+		recent: cfg.RecentTokens, scorers: scorers, maxRetrieved: cfg.MaxRetrieved}
 	if hc.window == 0 {
 		hc.window = facts.TrainedContext
 	}

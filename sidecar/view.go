@@ -17,7 +17,7 @@ import (
 type slotView struct {
 	model    *pb.ModelInfo // nil: no model loaded
 	capacity *pb.Capacity
-	device   *pb.DeviceInfo // where the model runs (Status)
+	device   *pb.DeviceInfo   // where the model runs (Status)
 	compat   coldstore.Compat // the SSD tier's key for this model
 }
 

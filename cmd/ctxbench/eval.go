@@ -5,12 +5,14 @@ import (
 	"flag"
 	"fmt"
 	"math/rand"
-	"os"
+	"strings"
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
@@ -37,6 +39,12 @@ type recallResult struct {
 	DistanceTokens   int      `json:"distance_tokens"`
 	Trials           int      `json:"trials"`
 	Haystack         string   `json:"haystack"`
+	Needle           string   `json:"needle"`
+	NeedleSource     string   `json:"needle_source,omitempty"`
+	QueryTurnTokens  int      `json:"query_turn_tokens"`
+	Needles          int      `json:"needles"`
+	Asks             int      `json:"asks"` // needles of this kind asked at the distance, over all trials
+	BlockTokens      int      `json:"block_tokens"`
 	BaselineAcc      float64  `json:"baseline_acc"`
 	DenseFarAcc      *float64 `json:"dense_far_acc"`
 	DenseFarTokens   int      `json:"dense_far_tokens,omitempty"`
@@ -44,7 +52,29 @@ type recallResult struct {
 	RetrievalAcc     float64  `json:"retrieval_acc"`
 	RetrievalHitRate float64  `json:"retrieval_hit_rate"`
 	RetrievalRatio   float64  `json:"retrieval_over_baseline"`
-	Seconds          float64  `json:"seconds"`
+	// ShippedScorer is the scorer retrieval_acc was measured with: ctxd's
+	// default.
+	ShippedScorer string `json:"shipped_scorer"`
+	// Scorers holds one result per scorer, all asked on the same built
+	// haystacks (one build per trial serves every scorer).
+	Scorers      map[string]*scorerResult `json:"scorers"`
+	BuildSeconds float64                  `json:"build_seconds"`
+	Seconds      float64                  `json:"seconds"`
+}
+
+// scorerResult is one scorer's figures over the trials.
+type scorerResult struct {
+	Acc     float64 `json:"acc"`
+	HitRate float64 `json:"hit_rate"`
+	Ratio   float64 `json:"over_baseline"`
+	// ScoringMS is the time to score every parked block, per turn (mean).
+	ScoringMS float64 `json:"scoring_ms_per_turn"`
+	// SummaryBytes is the memory of the scorer's per-block summaries at
+	// the last turn (0 for the lexical index's postings, not counted).
+	SummaryBytes int64 `json:"summary_bytes"`
+	// TopRank is how often the asked needle's block was the scorer's
+	// first candidate.
+	TopRank float64 `json:"asked_block_first"`
 }
 
 // maxDenseTokens bounds the dense-attention comparison (quadratic cost).
@@ -53,17 +83,52 @@ const maxDenseTokens = 8192
 func evalRecall(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("eval recall", flag.ContinueOnError)
 	model := fs.String("model", envOr("CTXD_NEEDLE_MODEL", "../shared/models/needle.gguf"), "model trained to copy from its context")
-	hayFile := fs.String("haystack", "", "text file whose tokens fill the haystack (default: random token ids)")
+	hayFile := fs.String("haystack", "", "text filling the haystack: files, comma-separated; a .traj gives its messages' text (default: random token ids)")
+	needleKind := fs.String("needle", "random", "needle: random (token ids), text (a span of --needle-source), or both (one of each in adjacent blocks, each asked on the same haystack)")
+	needleSrc := fs.String("needle-source", "", "text for text needles and query turns: files, comma-separated, none of them in --haystack")
+	queryTurn := fs.Int("query-turn", 0, "ask with a user turn of this many tokens of --needle-source text ending with the needle's first 4 tokens (0: the 4 tokens alone)")
+	needles := fs.Int("needles", 0, "needles at different depths; one of them is asked (0: 1; with --needle both, pairs in adjacent blocks, every one asked; 0: 2)")
+	scorerList := fs.String("scorers", "lexical", "retrieval scorers to measure on the same haystacks, comma-separated (lexical, attention, both); sinks+recent is always measured")
+	block := fs.Int("block", 64, "the server's block size (tokens)")
 	windows := fs.Int("distance-windows", 64, "trained windows of haystack between the needle and the query")
 	trials := fs.Int("trials", 20, "needle placements to average over")
 	seed := fs.Int64("seed", 1, "random seed")
-	asJSON := fs.Bool("json", false, "print JSON")
+	asJSON := fs.Bool("json", false, "print JSON (with --needle both: an object with one result per needle kind)")
 	withDense := fs.Bool("dense", true, "also measure dense attention at the distance (capped at 8k tokens)")
+	threads := fs.Int("threads", 0, "llama.cpp threads (0: all CPUs; 1 is faster on a machine shared with other jobs)")
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
-	if *trials < 1 || *windows < 1 {
+	if *needles == 0 {
+		*needles = 1
+		if *needleKind == "both" {
+			*needles = 2
+		}
+	}
+	switch {
+	case *trials < 1 || *windows < 1:
 		return usageError{fmt.Errorf("--trials and --distance-windows must be positive")}
+	case *needles < 1:
+		return usageError{fmt.Errorf("--needles must be positive")}
+	case *queryTurn != 0 && *queryTurn < askTokens:
+		return usageError{fmt.Errorf("--query-turn %d: a query turn ends with the needle's first %d tokens, so it needs at least %d", *queryTurn, askTokens, askTokens)}
+	case *needleKind != "random" && *needleKind != "text" && *needleKind != "both":
+		return usageError{fmt.Errorf("--needle %q: random, text or both", *needleKind)}
+	case *needleKind == "both" && *needles%2 != 0:
+		return usageError{fmt.Errorf("--needle both places needles in pairs, a random and a text one (--needles even)")}
+	case (*needleKind != "random" || *queryTurn > askTokens) && *needleSrc == "":
+		return usageError{fmt.Errorf("text needles and query turns need --needle-source")}
+	}
+	if f := sameFiles(*hayFile, *needleSrc); f != "" {
+		return usageError{fmt.Errorf("%s is both haystack and needle source: keep them apart", f)}
+	}
+	var modes []policy.ScorerSet
+	for _, name := range strings.Split(*scorerList, ",") {
+		sc, err := policy.ParseScorerSet(name)
+		if err != nil || sc == policy.ScorerNone {
+			return usageError{fmt.Errorf("--scorers: %q is not lexical, attention or both", name)}
+		}
+		modes = append(modes, sc)
 	}
 	start := time.Now()
 	m, err := llama.Load(*model)
@@ -71,151 +136,314 @@ func evalRecall(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	facts := m.Facts()
-	var filler []int32
+	var filler, source []int32
 	if *hayFile != "" {
-		text, err := os.ReadFile(*hayFile)
-		if err != nil {
-			m.Close()
-			return err
+		if filler, err = textTokens(m, *hayFile); err == nil && len(filler) < 1000 {
+			err = fmt.Errorf("haystack %s: %d tokens (need ≥ 1000)", *hayFile, len(filler))
 		}
-		if filler, err = m.Tokenize(string(text), false); err != nil || len(filler) < 1000 {
-			m.Close()
-			return fmt.Errorf("haystack %s: %d tokens (need ≥ 1000): %v", *hayFile, len(filler), err)
+	}
+	if err == nil && *needleSrc != "" {
+		if source, err = textTokens(m, *needleSrc); err == nil && len(source) < 4*(*queryTurn+needleTokens) {
+			err = fmt.Errorf("needle source %s: %d tokens (need ≥ %d)", *needleSrc, len(source), 4*(*queryTurn+needleTokens))
 		}
 	}
 	m.Close()
+	if err != nil {
+		return err
+	}
+	srcs := newNeedleSources(filler, source, facts.VocabSize)
 	w := facts.TrainedContext
 	far := *windows * w
 	kv := facts.KVBytesPerToken(policy.KVTypeF16)
 	arena := int64(far+4*w) * kv * 2
-	res := recallResult{Model: *model, Window: w, DistanceWindows: *windows, DistanceTokens: far, Trials: *trials, Haystack: "random"}
-	if *hayFile != "" {
-		res.Haystack = *hayFile
+	shipped, _ := (&sidecar.Config{}).ScorerSet()
+	kinds := []bool{*needleKind == "text"}
+	if *needleKind == "both" {
+		kinds = []bool{false, true}
 	}
-	progress := func(format string, a ...any) {
-		if !*asJSON {
-			fmt.Fprintf(e.stderr, format, a...)
+	results := map[bool]*recallResult{}
+	for _, text := range kinds {
+		r := &recallResult{Model: *model, Window: w, DistanceWindows: *windows, DistanceTokens: far, Trials: *trials, Haystack: "random",
+			Needle: kindName(text), NeedleSource: *needleSrc, QueryTurnTokens: max(askTokens, *queryTurn), Needles: *needles, BlockTokens: *block,
+			ShippedScorer: shipped.String(), Scorers: map[string]*scorerResult{}}
+		if *hayFile != "" {
+			r.Haystack = *hayFile
 		}
+		results[text] = r
 	}
-	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, ArenaBytes: arena, NoCold: true}
-	run := func(label string, cfg sidecar.Config, distance int) (acc, hit float64, err error) {
-		c, done, err := privateClient(ctx, cfg)
-		if err != nil {
-			return 0, 0, err
-		}
-		defer done()
-		rng := rand.New(rand.NewSource(*seed))
-		bar := e.newProgress(fmt.Sprintf("%-14s acc -.---", label), int64(*trials), "trials")
-		for k := 0; k < *trials; k++ {
-			a, h, err := needleTrial(ctx, c, rng, filler, distance)
-			if err != nil {
-				bar.Clear()
-				return 0, 0, fmt.Errorf("%s trial %d: %w", label, k+1, err)
-			}
-			acc += a
-			if h {
-				hit++
-			}
-			bar.SetLabel(fmt.Sprintf("%-14s acc %.3f", label, acc/float64(k+1)))
-			bar.Add(1)
-		}
-		bar.Done()
-		if bar == nil {
-			progress("%-14s %d trials  acc %.3f\n", label, *trials, acc/float64(*trials))
-		}
-		return acc / float64(*trials), hit / float64(*trials), nil
+	shape := trialShape{distance: far, needles: *needles, queryTurn: *queryTurn, window: w, block: *block, sinks: 4, kind: *needleKind}
+	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, ArenaBytes: arena, NoCold: true, BlockTokens: *block, SinkTokens: 4, Threads: *threads}
+
+	base := shape
+	base.baseline, base.distance = true, 0
+	if base.kind == "both" {
+		base.needles = 2 // one pair fits one window
 	}
-	if res.BaselineAcc, _, err = run("baseline", hot, 150-24); err != nil {
+	accs, err := recallRun(ctx, e, "baseline", hot, srcs, base, *trials, *seed)
+	if err != nil {
 		return err
 	}
+	for text, r := range results {
+		r.BaselineAcc = accs[text]
+	}
 	if *withDense {
-		denseFar := min(far, maxDenseTokens-200)
-		dense := sidecar.Config{ModelPath: *model, ContextTokens: denseFar + 200, NoCold: true}
-		acc, _, err := run("dense far", dense, denseFar)
+		dshape := shape
+		dshape.distance = min(far, maxDenseTokens-200)
+		dense := sidecar.Config{ModelPath: *model, ContextTokens: dshape.distance + 200 + max(askTokens, *queryTurn), NoCold: true, Threads: *threads}
+		accs, err := recallRun(ctx, e, "dense far", dense, srcs, dshape, *trials, *seed)
 		if err != nil {
 			return err
 		}
-		res.DenseFarAcc, res.DenseFarTokens = &acc, denseFar
+		for text, r := range results {
+			acc := accs[text]
+			r.DenseFarAcc, r.DenseFarTokens = &acc, dshape.distance
+		}
 	}
-	noRet := hot
-	noRet.NoRetrieval = true
-	if res.SinksRecentAcc, _, err = run("sinks+recent", noRet, far); err != nil {
+	all := append([]policy.ScorerSet{policy.ScorerNone}, modes...)
+	figs, asks, build, err := recallScorers(ctx, e, hot, srcs, shape, *trials, *seed, all)
+	if err != nil {
 		return err
 	}
-	if res.RetrievalAcc, res.RetrievalHitRate, err = run("retrieval", hot, far); err != nil {
-		return err
+	for text, r := range results {
+		r.BuildSeconds, r.Asks = build.Seconds(), asks[text]
+		r.SinksRecentAcc = figs[text][0].Acc
+		for i, sc := range modes {
+			f := figs[text][i+1]
+			if r.BaselineAcc > 0 {
+				f.Ratio = f.Acc / r.BaselineAcc
+			}
+			r.Scorers[sc.String()] = f
+		}
+		f := r.Scorers[shipped.String()]
+		if f == nil {
+			r.ShippedScorer = modes[0].String()
+			f = r.Scorers[modes[0].String()]
+		}
+		r.RetrievalAcc, r.RetrievalHitRate, r.RetrievalRatio = f.Acc, f.HitRate, f.Ratio
+		r.Seconds = time.Since(start).Seconds()
 	}
-	if res.BaselineAcc > 0 {
-		res.RetrievalRatio = res.RetrievalAcc / res.BaselineAcc
-	}
-	res.Seconds = time.Since(start).Seconds()
 	if *asJSON {
-		return e.printJSON(res)
+		if len(kinds) == 1 {
+			return e.printJSON(results[kinds[0]])
+		}
+		return e.printJSON(map[string]*recallResult{"random": results[false], "text": results[true]})
 	}
-	fmt.Fprintf(e.stdout, "needle recall, %s, window %d, %d trials, haystack %s\n", *model, w, *trials, res.Haystack)
-	fmt.Fprintf(e.stdout, "  baseline_acc      %.3f  (needle 150 tokens back, everything in the window)\n", res.BaselineAcc)
-	if res.DenseFarAcc != nil {
-		fmt.Fprintf(e.stdout, "  dense_far_acc     %.3f  (dense attention, needle %d tokens back)\n", *res.DenseFarAcc, res.DenseFarTokens)
+	for _, text := range kinds {
+		res := results[text]
+		fmt.Fprintf(e.stdout, "needle recall, %s, window %d, %d trials (%d asks), haystack %s, %s needle (%d needles in the haystack), query turn %d tokens\n",
+			*model, w, *trials, res.Asks, res.Haystack, res.Needle, res.Needles, res.QueryTurnTokens)
+		fmt.Fprintf(e.stdout, "  baseline_acc      %.3f  (everything in one window)\n", res.BaselineAcc)
+		if res.DenseFarAcc != nil {
+			fmt.Fprintf(e.stdout, "  dense_far_acc     %.3f  (dense attention, needle %d tokens back)\n", *res.DenseFarAcc, res.DenseFarTokens)
+		}
+		fmt.Fprintf(e.stdout, "  sinks_recent_acc  %.3f  (hot set without retrieval, %d tokens back)\n", res.SinksRecentAcc, far)
+		for _, sc := range modes {
+			f := res.Scorers[sc.String()]
+			fmt.Fprintf(e.stdout, "  %-10s acc %.3f (%.2f × baseline)  hit rate %.2f  first %.2f  scoring %.2f ms/turn  summaries %d B\n",
+				sc, f.Acc, f.Ratio, f.HitRate, f.TopRank, f.ScoringMS, f.SummaryBytes)
+		}
+		fmt.Fprintf(e.stdout, "  retrieval_acc     %.3f  (%s, as shipped)  retrieval_hit_rate %.2f  (%.0fs, %.0fs building haystacks)\n",
+			res.RetrievalAcc, res.ShippedScorer, res.RetrievalHitRate, res.Seconds, res.BuildSeconds)
 	}
-	fmt.Fprintf(e.stdout, "  sinks_recent_acc  %.3f  (hot set without retrieval, %d tokens back)\n", res.SinksRecentAcc, far)
-	fmt.Fprintf(e.stdout, "  retrieval_acc     %.3f  (ctxd as shipped, %d tokens back; %.2f × baseline)\n", res.RetrievalAcc, far, res.RetrievalRatio)
-	fmt.Fprintf(e.stdout, "  retrieval_hit_rate %.2f  (%.0fs)\n", res.RetrievalHitRate, res.Seconds)
 	return nil
 }
 
-// needleTrial places a 24-token needle after BOS and 40 filler tokens,
-// then distance filler tokens, and asks with the needle's first 4 tokens
-// through the session path; the other 20 are teacher-forced and scored.
-func needleTrial(ctx context.Context, c *client.Client, rng *rand.Rand, filler []int32, distance int) (float64, bool, error) {
-	fill := func(n int) []int32 {
-		out := make([]int32, n)
-		if len(filler) > 0 {
-			off := rng.Intn(len(filler))
-			for i := range out {
-				out[i] = filler[(off+i)%len(filler)]
+func kindName(text bool) string {
+	if text {
+		return "text"
+	}
+	return "random"
+}
+
+// recallRun measures trials on a server of its own (the baseline, dense
+// attention), with its default scorer, and returns the accuracy per
+// needle kind (text or not).
+func recallRun(ctx context.Context, e *env, label string, cfg sidecar.Config, srcs *needleSources, sh trialShape, trials int, seed int64) (map[bool]float64, error) {
+	c, done, err := privateClient(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	rng := rand.New(rand.NewSource(seed))
+	bar := e.newProgress(fmt.Sprintf("%-14s acc -.---", label), int64(trials), "trials")
+	defer bar.Done()
+	acc, n := map[bool]float64{}, map[bool]float64{}
+	for k := 0; k < trials; k++ {
+		t, err := srcs.draw(rng, sh)
+		if err != nil {
+			return nil, err
+		}
+		s, err := buildHaystack(ctx, c, t)
+		if err != nil {
+			return nil, fmt.Errorf("%s trial %d: %w", label, k+1, err)
+		}
+		for i, q := range t.asks {
+			if i > 0 {
+				if err := dropAsk(ctx, s, q); err != nil {
+					return nil, err
+				}
 			}
-			return out
+			a, _, err := askNeedle(ctx, s, t, q)
+			if err != nil {
+				s.Close(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("%s trial %d: %w", label, k+1, err)
+			}
+			acc[q.text] += a
+			n[q.text]++
 		}
-		for i := range out {
-			out[i] = int32(3 + rng.Intn(509))
+		s.Close(context.WithoutCancel(ctx))
+		bar.Add(1)
+	}
+	for kind := range acc {
+		acc[kind] /= n[kind]
+	}
+	return acc, nil
+}
+
+// dropAsk drops the previous ask from the session: a one-token turn
+// truncates the tape back to the haystack, so that no ask sees another's
+// query turn in the KV.
+func dropAsk(ctx context.Context, s *client.Session, next ask) error {
+	reset := engine.Token(3)
+	if next.query[0] == reset {
+		reset++
+	}
+	_, err := s.PrefillSuffix(ctx, policy.Segment{ID: "reset", Kind: policy.KindUserTurn, Tokens: []int32{reset}})
+	return err
+}
+
+// recallScorers builds each trial's haystack once on a hot-set server and
+// asks each of its questions once per scorer (modes[0] first), dropping
+// the previous ask before the next. It returns per needle kind (text or
+// not) one result per mode.
+func recallScorers(ctx context.Context, e *env, cfg sidecar.Config, srcs *needleSources, sh trialShape, trials int, seed int64, modes []policy.ScorerSet) (map[bool][]*scorerResult, map[bool]int, time.Duration, error) {
+	p, err := sidecar.StartPrivate(cfg)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer p.Stop()
+	c, err := client.Dial(ctx, p.Socket, client.Options{Name: "ctxctl eval recall"})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer c.Close()
+	rng := rand.New(rand.NewSource(seed))
+	figs := map[bool][]*scorerResult{}
+	asked := map[bool]float64{}
+	var build time.Duration
+	bar := e.newProgress("far           ", int64(trials), "trials")
+	defer bar.Done()
+	for k := 0; k < trials; k++ {
+		t, err := srcs.draw(rng, sh)
+		if err != nil {
+			return nil, nil, 0, err
 		}
-		return out
+		t0 := time.Now()
+		s, err := buildHaystack(ctx, c, t)
+		build += time.Since(t0)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("trial %d: %w", k+1, err)
+		}
+		first := true
+		for _, q := range t.asks {
+			if figs[q.text] == nil {
+				for range modes {
+					figs[q.text] = append(figs[q.text], &scorerResult{})
+				}
+			}
+			asked[q.text]++
+			for i, mode := range modes {
+				if !first {
+					// Retrieval off for the one-token reset turn.
+					if err := p.Server.SetScorers(ctx, policy.ScorerNone); err != nil {
+						return nil, nil, 0, err
+					}
+					if err := dropAsk(ctx, s, q); err != nil {
+						return nil, nil, 0, err
+					}
+				}
+				first = false
+				if err := p.Server.SetScorers(ctx, mode); err != nil {
+					return nil, nil, 0, err
+				}
+				a, ex, err := askNeedle(ctx, s, t, q)
+				if err != nil {
+					return nil, nil, 0, fmt.Errorf("trial %d, %s: %w", k+1, mode, err)
+				}
+				f := figs[q.text][i]
+				f.Acc += a
+				lo, hi := t.span(q)
+				in := func(first, n int64) bool { return first < int64(hi) && int64(lo) < first+n }
+				for _, b := range ex.GetRetrieved() {
+					if in(b.GetFirstToken(), b.GetTokens()) {
+						f.HitRate++
+						break
+					}
+				}
+				if lr := ex.GetLastRetrieval(); lr != nil {
+					for _, sr := range lr.GetScorer() {
+						f.ScoringMS += float64(sr.GetScoringUs()) / 1000
+						f.SummaryBytes = max(f.SummaryBytes, sr.GetSummaryBytes())
+						if sr.GetName() == mode.String() || mode == policy.ScorerBoth && sr.GetName() == "fused" {
+							if top := sr.GetTop(); len(top) > 0 && in(top[0].GetFirstToken(), top[0].GetTokens()) {
+								f.TopRank++
+							}
+						}
+					}
+				}
+			}
+		}
+		s.Close(context.WithoutCancel(ctx))
+		bar.Add(1)
 	}
-	needle := make([]int32, 24)
-	for i := range needle {
-		needle[i] = int32(3 + rng.Intn(509))
+	counts := map[bool]int{}
+	for kind, fs := range figs {
+		n := asked[kind]
+		counts[kind] = int(n)
+		for _, f := range fs {
+			f.Acc, f.HitRate, f.ScoringMS, f.TopRank = f.Acc/n, f.HitRate/n, f.ScoringMS/n, f.TopRank/n
+		}
 	}
-	hay := append(append(fill(40), needle...), fill(distance)...)
+	return figs, counts, build, nil
+}
+
+// buildHaystack opens a session and streams the trial's haystack in as
+// its stable prompt.
+func buildHaystack(ctx context.Context, c *client.Client, t *trial) (*client.Session, error) {
 	s, err := c.OpenSession(ctx, "eval recall")
 	if err != nil {
-		return 0, false, err
+		return nil, err
 	}
-	defer s.Close(context.WithoutCancel(ctx))
-	m := policy.Manifest{Segments: []policy.Segment{{ID: "haystack", Kind: policy.KindTerminal, Tokens: hay, Stable: true}}}
+	m := policy.Manifest{Segments: []policy.Segment{{ID: "haystack", Kind: policy.KindTerminal, Tokens: t.hay, Stable: true}}}
 	if _, err := s.EnsurePrefix(ctx, m); err != nil {
-		return 0, false, err
+		s.Close(context.WithoutCancel(ctx))
+		return nil, err
 	}
-	if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "query", Kind: policy.KindUserTurn, Tokens: needle[:4]}); err != nil {
-		return 0, false, err
+	return s, nil
+}
+
+// askNeedle sends the query turn through PrefillSuffix (retrieval runs
+// there) and scores the asked needle's other tokens, teacher-forced
+// (top-1); it returns the accuracy and Explain after the turn's
+// retrieval.
+func askNeedle(ctx context.Context, s *client.Session, t *trial, q ask) (float64, *pb.ExplainReply, error) {
+	if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "query", Kind: policy.KindUserTurn, Tokens: q.query}); err != nil {
+		return 0, nil, err
 	}
-	hit := false
-	if ex, err := s.Explain(ctx); err == nil {
-		for _, b := range ex.GetRetrieved() {
-			// The needle sits at stream positions 41..64 (after BOS).
-			if b.GetFirstToken() <= 64 && 41 < b.GetFirstToken()+b.GetTokens() {
-				hit = true
-			}
-		}
+	ex, err := s.Explain(ctx)
+	if err != nil {
+		return 0, nil, err
 	}
+	ndl := t.needles[q.needle]
 	right := 0
-	_, err = s.Decode(ctx, client.DecodeOptions{MaxTokens: 20, Forced: needle[4:], NoStream: false}, func(t client.Token) error {
-		if t.Predicted == t.ID {
+	_, err = s.Decode(ctx, client.DecodeOptions{MaxTokens: len(ndl) - askTokens, Forced: ndl[askTokens:]}, func(tok client.Token) error {
+		if tok.Predicted == tok.ID {
 			right++
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, false, err
+		return 0, nil, err
 	}
-	return float64(right) / 20, hit, nil
+	return float64(right) / float64(len(ndl)-askTokens), ex, nil
 }

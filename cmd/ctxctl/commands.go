@@ -106,6 +106,19 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 		for _, b := range ex.GetRetrieved() {
 			fmt.Fprintf(e.stdout, "  retrieved block %d: tokens %d..%d, %s\n", b.GetBlockId(), b.GetFirstToken(), b.GetFirstToken()+b.GetTokens(), b.GetReason())
 		}
+		if lr := ex.GetLastRetrieval(); lr != nil {
+			fmt.Fprintf(e.stdout, "  last retrieval (turn %d, %s): query %d tokens, room %d tokens\n", lr.GetTurn(), lr.GetScorers(), lr.GetQueryTokens(), lr.GetBudgetTokens())
+			for _, sr := range lr.GetScorer() {
+				fmt.Fprintf(e.stdout, "    %s: %d blocks scored in %.2f ms, summaries %d bytes\n", sr.GetName(), sr.GetBlocks(), float64(sr.GetScoringUs())/1000, sr.GetSummaryBytes())
+				for _, c := range sr.GetTop() {
+					mark := ""
+					if c.GetAdmitted() {
+						mark = "  admitted"
+					}
+					fmt.Fprintf(e.stdout, "      #%d block %d: tokens %d..%d, score %.4g%s\n", c.GetRank(), c.GetBlockId(), c.GetFirstToken(), c.GetFirstToken()+c.GetTokens(), c.GetScore(), mark)
+				}
+			}
+		}
 		for _, d := range ex.GetDiagnostics() {
 			fmt.Fprintf(e.stdout, "  note: %s\n", d)
 		}

@@ -209,6 +209,17 @@ func (md *Model) Facts() engine.Facts { return md.facts }
 // Tokenize turns text into tokens. Special-token syntax in text is not
 // parsed: user text can never forge control tokens.
 func (md *Model) Tokenize(text string, addBOS bool) ([]engine.Token, error) {
+	return md.tokenize(text, addBOS, false)
+}
+
+// TokenizeSpecial turns text into tokens with the texts of the model's
+// control tokens parsed (llama_tokenize parse_special), for a chat
+// template's control markers only.
+func (md *Model) TokenizeSpecial(text string) ([]engine.Token, error) {
+	return md.tokenize(text, false, true)
+}
+
+func (md *Model) tokenize(text string, addBOS, special bool) ([]engine.Token, error) {
 	if err := md.alive(); err != nil {
 		return nil, err
 	}
@@ -221,13 +232,14 @@ func (md *Model) Tokenize(text string, addBOS bool) ([]engine.Token, error) {
 	if len(text) > 0 {
 		cText = (*C.char)(unsafe.Pointer(unsafe.StringData(text)))
 	}
-	r := C.llama_tokenize(md.vocab, cText, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&out[0])), C.int32_t(n), C.bool(addBOS && md.facts.AddBOS), false)
+	bos := C.bool(addBOS && md.facts.AddBOS)
+	r := C.llama_tokenize(md.vocab, cText, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&out[0])), C.int32_t(n), bos, C.bool(special))
 	if r < 0 {
 		if r == C.INT32_MIN {
 			return nil, fmt.Errorf("%w: tokenization overflow", engine.ErrInvalidArgument)
 		}
 		out = make([]engine.Token, -r)
-		r = C.llama_tokenize(md.vocab, cText, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&out[0])), -r, C.bool(addBOS && md.facts.AddBOS), false)
+		r = C.llama_tokenize(md.vocab, cText, C.int32_t(len(text)), (*C.llama_token)(unsafe.Pointer(&out[0])), -r, bos, C.bool(special))
 		if r < 0 {
 			return nil, fmt.Errorf("%w: tokenization failed", engine.ErrInvalidArgument)
 		}

@@ -19,7 +19,7 @@
 // detection), jinja.go (template variables), fallback.go (the fallback
 // layout), render.go (cut points and stability), cutcache.go (what the
 // last turns' renderings gave, so a turn re-renders only its new
-// messages), strftime.go,
+// messages), control.go (which markers are control tokens), strftime.go,
 // toolparse.go (the streaming parser), toolcall_json.go (Hermes, Llama 3,
 // Mistral calls), toolcall_xml.go (Qwen3-Coder calls).
 //
@@ -33,6 +33,10 @@
 //     turn after turn the stable segments of one request are the prefix of
 //     the next and KV reuse is exact. Templates that rewrite earlier
 //     messages (e.g. dropping old reasoning) make those messages volatile.
+//   - A segment's Control spans cover only control markers the template
+//     itself wrote, never a marker text from message content or tool
+//     definitions (those stay text, so content cannot forge a control
+//     token); a rendering that cannot tell them apart has no spans.
 //   - Tool-call parsing never drops model output: text that does not parse
 //     as a call of the template's family comes back as text.
 //   - Pure: no cgo, no I/O, no goroutines; the clock is read only through

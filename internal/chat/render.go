@@ -36,7 +36,16 @@ func msgID(i int) string { return "msg-" + strconv.Itoa(i) }
 // depends on later messages is merged with its neighbours. A segment is
 // stable only if two probe continuations (a text reply and a user message;
 // a tool call and its result) render it unchanged.
+//
+// Each segment's Control marks the control markers the template wrote in
+// it, and only those: marker texts inside message content or tool
+// definitions stay text (see control.go).
 func (t *Template) Render(msgs []Message, tools []Tool) (policy.Manifest, error) {
+	return t.renderControlled(msgs, tools)
+}
+
+// renderSegments is Render without control spans.
+func (t *Template) renderSegments(msgs []Message, tools []Tool) (policy.Manifest, error) {
 	if len(msgs) == 0 {
 		return policy.Manifest{}, fmt.Errorf("%w: no messages", ErrMessages)
 	}
@@ -269,7 +278,8 @@ func (t *Template) text(msgs []Message, tools []Tool, gen bool) (string, error) 
 // RenderPrompt wraps a raw completion prompt (OpenAI /v1/completions,
 // Ollama /api/generate with raw or a system field) as a manifest: no chat
 // formatting when raw (the system text, when given, is a stable system
-// segment before the volatile prompt); otherwise the system and the prompt
+// segment before the volatile prompt; both are the caller's own rendering,
+// so every control marker in them is marked a control span); otherwise the system and the prompt
 // are rendered as a system and a user message.
 func (t *Template) RenderPrompt(system, prompt string, raw bool) (policy.Manifest, error) {
 	if !raw {
@@ -288,6 +298,9 @@ func (t *Template) RenderPrompt(system, prompt string, raw bool) (policy.Manifes
 	}
 	if prompt != "" || len(segs) == 0 {
 		segs = append(segs, policy.Segment{ID: idPrompt, Kind: policy.KindUserTurn, Text: prompt})
+	}
+	for i := range segs {
+		t.markRaw(&segs[i])
 	}
 	return policy.Manifest{Segments: segs, Template: "raw"}, nil
 }

@@ -2147,7 +2147,12 @@ type Segment struct {
 	Stable           bool                   `protobuf:"varint,8,opt,name=stable,proto3" json:"stable,omitempty"`
 	// tokens, when set, are the segment's token ids, used instead of
 	// tokenizing text (evaluations, clients that tokenize themselves).
-	Tokens        []int32 `protobuf:"varint,9,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	Tokens []int32 `protobuf:"varint,9,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	// control are the byte ranges of text that are control-token texts
+	// written by a chat template ("<|im_start|>", "[INST]"): each is tokenized
+	// with the model's special-token texts parsed, the rest of text never is.
+	// Ordered and disjoint; not set together with tokens.
+	Control       []*ControlSpan `protobuf:"bytes,10,rep,name=control,proto3" json:"control,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2245,6 +2250,66 @@ func (x *Segment) GetTokens() []int32 {
 	return nil
 }
 
+func (x *Segment) GetControl() []*ControlSpan {
+	if x != nil {
+		return x.Control
+	}
+	return nil
+}
+
+// ControlSpan is the byte range [start, end) of a segment's text.
+type ControlSpan struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Start         uint32                 `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint32                 `protobuf:"varint,2,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ControlSpan) Reset() {
+	*x = ControlSpan{}
+	mi := &file_ctxd_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ControlSpan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ControlSpan) ProtoMessage() {}
+
+func (x *ControlSpan) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ControlSpan.ProtoReflect.Descriptor instead.
+func (*ControlSpan) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ControlSpan) GetStart() uint32 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *ControlSpan) GetEnd() uint32 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
 type Manifest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Segments      []*Segment             `protobuf:"bytes,1,rep,name=segments,proto3" json:"segments,omitempty"`
@@ -2255,7 +2320,7 @@ type Manifest struct {
 
 func (x *Manifest) Reset() {
 	*x = Manifest{}
-	mi := &file_ctxd_proto_msgTypes[19]
+	mi := &file_ctxd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2332,7 @@ func (x *Manifest) String() string {
 func (*Manifest) ProtoMessage() {}
 
 func (x *Manifest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[19]
+	mi := &file_ctxd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2345,7 @@ func (x *Manifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Manifest.ProtoReflect.Descriptor instead.
 func (*Manifest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{19}
+	return file_ctxd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Manifest) GetSegments() []*Segment {
@@ -2312,7 +2377,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_ctxd_proto_msgTypes[20]
+	mi := &file_ctxd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2324,7 +2389,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[20]
+	mi := &file_ctxd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2337,7 +2402,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{20}
+	return file_ctxd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OpenSessionRequest) GetName() string {
@@ -2373,7 +2438,7 @@ type OpenSessionReply struct {
 
 func (x *OpenSessionReply) Reset() {
 	*x = OpenSessionReply{}
-	mi := &file_ctxd_proto_msgTypes[21]
+	mi := &file_ctxd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2450,7 @@ func (x *OpenSessionReply) String() string {
 func (*OpenSessionReply) ProtoMessage() {}
 
 func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[21]
+	mi := &file_ctxd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2463,7 @@ func (x *OpenSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionReply.ProtoReflect.Descriptor instead.
 func (*OpenSessionReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{21}
+	return file_ctxd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OpenSessionReply) GetSessionId() uint64 {
@@ -2440,7 +2505,7 @@ type EnsurePrefixRequest struct {
 
 func (x *EnsurePrefixRequest) Reset() {
 	*x = EnsurePrefixRequest{}
-	mi := &file_ctxd_proto_msgTypes[22]
+	mi := &file_ctxd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2452,7 +2517,7 @@ func (x *EnsurePrefixRequest) String() string {
 func (*EnsurePrefixRequest) ProtoMessage() {}
 
 func (x *EnsurePrefixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[22]
+	mi := &file_ctxd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2465,7 +2530,7 @@ func (x *EnsurePrefixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnsurePrefixRequest.ProtoReflect.Descriptor instead.
 func (*EnsurePrefixRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{22}
+	return file_ctxd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *EnsurePrefixRequest) GetSessionId() uint64 {
@@ -2502,7 +2567,7 @@ type ProgressEvent struct {
 
 func (x *ProgressEvent) Reset() {
 	*x = ProgressEvent{}
-	mi := &file_ctxd_proto_msgTypes[23]
+	mi := &file_ctxd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2514,7 +2579,7 @@ func (x *ProgressEvent) String() string {
 func (*ProgressEvent) ProtoMessage() {}
 
 func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[23]
+	mi := &file_ctxd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2527,7 +2592,7 @@ func (x *ProgressEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProgressEvent.ProtoReflect.Descriptor instead.
 func (*ProgressEvent) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{23}
+	return file_ctxd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ProgressEvent) GetPhase() string {
@@ -2564,7 +2629,7 @@ type PrefillSuffixRequest struct {
 
 func (x *PrefillSuffixRequest) Reset() {
 	*x = PrefillSuffixRequest{}
-	mi := &file_ctxd_proto_msgTypes[24]
+	mi := &file_ctxd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2641,7 @@ func (x *PrefillSuffixRequest) String() string {
 func (*PrefillSuffixRequest) ProtoMessage() {}
 
 func (x *PrefillSuffixRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[24]
+	mi := &file_ctxd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2654,7 @@ func (x *PrefillSuffixRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefillSuffixRequest.ProtoReflect.Descriptor instead.
 func (*PrefillSuffixRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{24}
+	return file_ctxd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PrefillSuffixRequest) GetSessionId() uint64 {
@@ -2631,7 +2696,7 @@ type PrefixReply struct {
 
 func (x *PrefixReply) Reset() {
 	*x = PrefixReply{}
-	mi := &file_ctxd_proto_msgTypes[25]
+	mi := &file_ctxd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2708,7 @@ func (x *PrefixReply) String() string {
 func (*PrefixReply) ProtoMessage() {}
 
 func (x *PrefixReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[25]
+	mi := &file_ctxd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2721,7 @@ func (x *PrefixReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrefixReply.ProtoReflect.Descriptor instead.
 func (*PrefixReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{25}
+	return file_ctxd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PrefixReply) GetPromptTokens() int64 {
@@ -2727,7 +2792,7 @@ type SamplingParams struct {
 
 func (x *SamplingParams) Reset() {
 	*x = SamplingParams{}
-	mi := &file_ctxd_proto_msgTypes[26]
+	mi := &file_ctxd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2804,7 @@ func (x *SamplingParams) String() string {
 func (*SamplingParams) ProtoMessage() {}
 
 func (x *SamplingParams) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[26]
+	mi := &file_ctxd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2817,7 @@ func (x *SamplingParams) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SamplingParams.ProtoReflect.Descriptor instead.
 func (*SamplingParams) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{26}
+	return file_ctxd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SamplingParams) GetTemperature() float32 {
@@ -2803,7 +2868,7 @@ type DecodeRequest struct {
 
 func (x *DecodeRequest) Reset() {
 	*x = DecodeRequest{}
-	mi := &file_ctxd_proto_msgTypes[27]
+	mi := &file_ctxd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +2880,7 @@ func (x *DecodeRequest) String() string {
 func (*DecodeRequest) ProtoMessage() {}
 
 func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[27]
+	mi := &file_ctxd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +2893,7 @@ func (x *DecodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeRequest.ProtoReflect.Descriptor instead.
 func (*DecodeRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{27}
+	return file_ctxd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DecodeRequest) GetSessionId() uint64 {
@@ -2893,7 +2958,7 @@ type TokenEvent struct {
 
 func (x *TokenEvent) Reset() {
 	*x = TokenEvent{}
-	mi := &file_ctxd_proto_msgTypes[28]
+	mi := &file_ctxd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +2970,7 @@ func (x *TokenEvent) String() string {
 func (*TokenEvent) ProtoMessage() {}
 
 func (x *TokenEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[28]
+	mi := &file_ctxd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +2983,7 @@ func (x *TokenEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenEvent.ProtoReflect.Descriptor instead.
 func (*TokenEvent) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{28}
+	return file_ctxd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TokenEvent) GetToken() int32 {
@@ -2968,7 +3033,7 @@ type DecodeReply struct {
 
 func (x *DecodeReply) Reset() {
 	*x = DecodeReply{}
-	mi := &file_ctxd_proto_msgTypes[29]
+	mi := &file_ctxd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3045,7 @@ func (x *DecodeReply) String() string {
 func (*DecodeReply) ProtoMessage() {}
 
 func (x *DecodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[29]
+	mi := &file_ctxd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3058,7 @@ func (x *DecodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecodeReply.ProtoReflect.Descriptor instead.
 func (*DecodeReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{29}
+	return file_ctxd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DecodeReply) GetReason() StopReason {
@@ -3033,7 +3098,7 @@ type ExplainRequest struct {
 
 func (x *ExplainRequest) Reset() {
 	*x = ExplainRequest{}
-	mi := &file_ctxd_proto_msgTypes[30]
+	mi := &file_ctxd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3110,7 @@ func (x *ExplainRequest) String() string {
 func (*ExplainRequest) ProtoMessage() {}
 
 func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[30]
+	mi := &file_ctxd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3123,7 @@ func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
 func (*ExplainRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{30}
+	return file_ctxd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExplainRequest) GetSessionId() uint64 {
@@ -3083,7 +3148,7 @@ type SegmentResidency struct {
 
 func (x *SegmentResidency) Reset() {
 	*x = SegmentResidency{}
-	mi := &file_ctxd_proto_msgTypes[31]
+	mi := &file_ctxd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3095,7 +3160,7 @@ func (x *SegmentResidency) String() string {
 func (*SegmentResidency) ProtoMessage() {}
 
 func (x *SegmentResidency) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[31]
+	mi := &file_ctxd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3108,7 +3173,7 @@ func (x *SegmentResidency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SegmentResidency.ProtoReflect.Descriptor instead.
 func (*SegmentResidency) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{31}
+	return file_ctxd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SegmentResidency) GetId() string {
@@ -3173,7 +3238,7 @@ type RetrievedBlock struct {
 
 func (x *RetrievedBlock) Reset() {
 	*x = RetrievedBlock{}
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3250,7 @@ func (x *RetrievedBlock) String() string {
 func (*RetrievedBlock) ProtoMessage() {}
 
 func (x *RetrievedBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[32]
+	mi := &file_ctxd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3263,7 @@ func (x *RetrievedBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetrievedBlock.ProtoReflect.Descriptor instead.
 func (*RetrievedBlock) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{32}
+	return file_ctxd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RetrievedBlock) GetBlockId() uint64 {
@@ -3263,14 +3328,18 @@ type ExplainReply struct {
 	ColdTokens      int64             `protobuf:"varint,22,opt,name=cold_tokens,json=coldTokens,proto3" json:"cold_tokens,omitempty"`
 	// hot_ranges are the stream's token ranges in the engine now, in stream
 	// order (hot-set mode; a dense session's is the whole stream).
-	HotRanges     []*TokenRange `protobuf:"bytes,23,rep,name=hot_ranges,json=hotRanges,proto3" json:"hot_ranges,omitempty"`
+	HotRanges []*TokenRange `protobuf:"bytes,23,rep,name=hot_ranges,json=hotRanges,proto3" json:"hot_ranges,omitempty"`
+	// The last turn's retrieval (hot-set mode): what it asked with, the room
+	// it had, and for each scorer that ran its best candidates (best first)
+	// and its cost.
+	LastRetrieval *RetrievalReport `protobuf:"bytes,24,opt,name=last_retrieval,json=lastRetrieval,proto3" json:"last_retrieval,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExplainReply) Reset() {
 	*x = ExplainReply{}
-	mi := &file_ctxd_proto_msgTypes[33]
+	mi := &file_ctxd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3351,7 @@ func (x *ExplainReply) String() string {
 func (*ExplainReply) ProtoMessage() {}
 
 func (x *ExplainReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[33]
+	mi := &file_ctxd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3364,7 @@ func (x *ExplainReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainReply.ProtoReflect.Descriptor instead.
 func (*ExplainReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{33}
+	return file_ctxd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExplainReply) GetSessionId() uint64 {
@@ -3459,6 +3528,249 @@ func (x *ExplainReply) GetHotRanges() []*TokenRange {
 	return nil
 }
 
+func (x *ExplainReply) GetLastRetrieval() *RetrievalReport {
+	if x != nil {
+		return x.LastRetrieval
+	}
+	return nil
+}
+
+type RetrievalReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Turn          int64                  `protobuf:"varint,1,opt,name=turn,proto3" json:"turn,omitempty"`                                     // the session's turn counter at that retrieval
+	Scorers       string                 `protobuf:"bytes,2,opt,name=scorers,proto3" json:"scorers,omitempty"`                                // "none", "lexical", "attention" or "both"
+	QueryTokens   int64                  `protobuf:"varint,3,opt,name=query_tokens,json=queryTokens,proto3" json:"query_tokens,omitempty"`    // tokens the query held (what the turn brought)
+	BudgetTokens  int64                  `protobuf:"varint,4,opt,name=budget_tokens,json=budgetTokens,proto3" json:"budget_tokens,omitempty"` // room for retrieved blocks: hot budget − suffix − protected
+	Scorer        []*ScorerReport        `protobuf:"bytes,5,rep,name=scorer,proto3" json:"scorer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetrievalReport) Reset() {
+	*x = RetrievalReport{}
+	mi := &file_ctxd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetrievalReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetrievalReport) ProtoMessage() {}
+
+func (x *RetrievalReport) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetrievalReport.ProtoReflect.Descriptor instead.
+func (*RetrievalReport) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *RetrievalReport) GetTurn() int64 {
+	if x != nil {
+		return x.Turn
+	}
+	return 0
+}
+
+func (x *RetrievalReport) GetScorers() string {
+	if x != nil {
+		return x.Scorers
+	}
+	return ""
+}
+
+func (x *RetrievalReport) GetQueryTokens() int64 {
+	if x != nil {
+		return x.QueryTokens
+	}
+	return 0
+}
+
+func (x *RetrievalReport) GetBudgetTokens() int64 {
+	if x != nil {
+		return x.BudgetTokens
+	}
+	return 0
+}
+
+func (x *RetrievalReport) GetScorer() []*ScorerReport {
+	if x != nil {
+		return x.Scorer
+	}
+	return nil
+}
+
+type ScorerReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`                                      // "lexical", "attention" or "fused"
+	ScoringUs     int64                  `protobuf:"varint,2,opt,name=scoring_us,json=scoringUs,proto3" json:"scoring_us,omitempty"`          // time to score every block this turn
+	Blocks        int64                  `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`                                 // blocks it scored
+	SummaryBytes  int64                  `protobuf:"varint,4,opt,name=summary_bytes,json=summaryBytes,proto3" json:"summary_bytes,omitempty"` // memory its per-block summaries take (0: lexical)
+	Top           []*RetrievalCandidate  `protobuf:"bytes,5,rep,name=top,proto3" json:"top,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScorerReport) Reset() {
+	*x = ScorerReport{}
+	mi := &file_ctxd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScorerReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScorerReport) ProtoMessage() {}
+
+func (x *ScorerReport) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScorerReport.ProtoReflect.Descriptor instead.
+func (*ScorerReport) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ScorerReport) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ScorerReport) GetScoringUs() int64 {
+	if x != nil {
+		return x.ScoringUs
+	}
+	return 0
+}
+
+func (x *ScorerReport) GetBlocks() int64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *ScorerReport) GetSummaryBytes() int64 {
+	if x != nil {
+		return x.SummaryBytes
+	}
+	return 0
+}
+
+func (x *ScorerReport) GetTop() []*RetrievalCandidate {
+	if x != nil {
+		return x.Top
+	}
+	return nil
+}
+
+type RetrievalCandidate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BlockId       uint64                 `protobuf:"varint,1,opt,name=block_id,json=blockId,proto3" json:"block_id,omitempty"`
+	FirstToken    int64                  `protobuf:"varint,2,opt,name=first_token,json=firstToken,proto3" json:"first_token,omitempty"` // position of its first token in the session's stream
+	Tokens        int64                  `protobuf:"varint,3,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	Score         float64                `protobuf:"fixed64,4,opt,name=score,proto3" json:"score,omitempty"`
+	Rank          int64                  `protobuf:"varint,5,opt,name=rank,proto3" json:"rank,omitempty"`         // 1 = best
+	Admitted      bool                   `protobuf:"varint,6,opt,name=admitted,proto3" json:"admitted,omitempty"` // retrieved into the hot set by that plan
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetrievalCandidate) Reset() {
+	*x = RetrievalCandidate{}
+	mi := &file_ctxd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetrievalCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetrievalCandidate) ProtoMessage() {}
+
+func (x *RetrievalCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_ctxd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetrievalCandidate.ProtoReflect.Descriptor instead.
+func (*RetrievalCandidate) Descriptor() ([]byte, []int) {
+	return file_ctxd_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *RetrievalCandidate) GetBlockId() uint64 {
+	if x != nil {
+		return x.BlockId
+	}
+	return 0
+}
+
+func (x *RetrievalCandidate) GetFirstToken() int64 {
+	if x != nil {
+		return x.FirstToken
+	}
+	return 0
+}
+
+func (x *RetrievalCandidate) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *RetrievalCandidate) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
+func (x *RetrievalCandidate) GetRank() int64 {
+	if x != nil {
+		return x.Rank
+	}
+	return 0
+}
+
+func (x *RetrievalCandidate) GetAdmitted() bool {
+	if x != nil {
+		return x.Admitted
+	}
+	return false
+}
+
 type TokenRange struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Start         int64                  `protobuf:"varint,1,opt,name=start,proto3" json:"start,omitempty"`
@@ -3469,7 +3781,7 @@ type TokenRange struct {
 
 func (x *TokenRange) Reset() {
 	*x = TokenRange{}
-	mi := &file_ctxd_proto_msgTypes[34]
+	mi := &file_ctxd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +3793,7 @@ func (x *TokenRange) String() string {
 func (*TokenRange) ProtoMessage() {}
 
 func (x *TokenRange) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[34]
+	mi := &file_ctxd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +3806,7 @@ func (x *TokenRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TokenRange.ProtoReflect.Descriptor instead.
 func (*TokenRange) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{34}
+	return file_ctxd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *TokenRange) GetStart() int64 {
@@ -3536,7 +3848,7 @@ type RestoreReport struct {
 
 func (x *RestoreReport) Reset() {
 	*x = RestoreReport{}
-	mi := &file_ctxd_proto_msgTypes[35]
+	mi := &file_ctxd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3548,7 +3860,7 @@ func (x *RestoreReport) String() string {
 func (*RestoreReport) ProtoMessage() {}
 
 func (x *RestoreReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[35]
+	mi := &file_ctxd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3561,7 +3873,7 @@ func (x *RestoreReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreReport.ProtoReflect.Descriptor instead.
 func (*RestoreReport) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{35}
+	return file_ctxd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RestoreReport) GetSnapshot() string {
@@ -3681,7 +3993,7 @@ type ColdStatus struct {
 
 func (x *ColdStatus) Reset() {
 	*x = ColdStatus{}
-	mi := &file_ctxd_proto_msgTypes[36]
+	mi := &file_ctxd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3693,7 +4005,7 @@ func (x *ColdStatus) String() string {
 func (*ColdStatus) ProtoMessage() {}
 
 func (x *ColdStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[36]
+	mi := &file_ctxd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3706,7 +4018,7 @@ func (x *ColdStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdStatus.ProtoReflect.Descriptor instead.
 func (*ColdStatus) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{36}
+	return file_ctxd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ColdStatus) GetEnabled() bool {
@@ -3799,7 +4111,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_ctxd_proto_msgTypes[37]
+	mi := &file_ctxd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +4123,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[37]
+	mi := &file_ctxd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +4136,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{37}
+	return file_ctxd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SnapshotRequest) GetSessionId() uint64 {
@@ -3857,7 +4169,7 @@ type SnapshotReply struct {
 
 func (x *SnapshotReply) Reset() {
 	*x = SnapshotReply{}
-	mi := &file_ctxd_proto_msgTypes[38]
+	mi := &file_ctxd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +4181,7 @@ func (x *SnapshotReply) String() string {
 func (*SnapshotReply) ProtoMessage() {}
 
 func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[38]
+	mi := &file_ctxd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +4194,7 @@ func (x *SnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotReply.ProtoReflect.Descriptor instead.
 func (*SnapshotReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{38}
+	return file_ctxd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SnapshotReply) GetName() string {
@@ -3953,7 +4265,7 @@ type RestoreRequest struct {
 
 func (x *RestoreRequest) Reset() {
 	*x = RestoreRequest{}
-	mi := &file_ctxd_proto_msgTypes[39]
+	mi := &file_ctxd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4277,7 @@ func (x *RestoreRequest) String() string {
 func (*RestoreRequest) ProtoMessage() {}
 
 func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[39]
+	mi := &file_ctxd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4290,7 @@ func (x *RestoreRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreRequest.ProtoReflect.Descriptor instead.
 func (*RestoreRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{39}
+	return file_ctxd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RestoreRequest) GetSessionId() uint64 {
@@ -4011,7 +4323,7 @@ type RestoreReply struct {
 
 func (x *RestoreReply) Reset() {
 	*x = RestoreReply{}
-	mi := &file_ctxd_proto_msgTypes[40]
+	mi := &file_ctxd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4023,7 +4335,7 @@ func (x *RestoreReply) String() string {
 func (*RestoreReply) ProtoMessage() {}
 
 func (x *RestoreReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[40]
+	mi := &file_ctxd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4036,7 +4348,7 @@ func (x *RestoreReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreReply.ProtoReflect.Descriptor instead.
 func (*RestoreReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{40}
+	return file_ctxd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RestoreReply) GetReport() *RestoreReport {
@@ -4054,7 +4366,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_ctxd_proto_msgTypes[41]
+	mi := &file_ctxd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4066,7 +4378,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[41]
+	mi := &file_ctxd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4079,7 +4391,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{41}
+	return file_ctxd_proto_rawDescGZIP(), []int{45}
 }
 
 type SnapshotInfo struct {
@@ -4099,7 +4411,7 @@ type SnapshotInfo struct {
 
 func (x *SnapshotInfo) Reset() {
 	*x = SnapshotInfo{}
-	mi := &file_ctxd_proto_msgTypes[42]
+	mi := &file_ctxd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4423,7 @@ func (x *SnapshotInfo) String() string {
 func (*SnapshotInfo) ProtoMessage() {}
 
 func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[42]
+	mi := &file_ctxd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4436,7 @@ func (x *SnapshotInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotInfo.ProtoReflect.Descriptor instead.
 func (*SnapshotInfo) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{42}
+	return file_ctxd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SnapshotInfo) GetName() string {
@@ -4200,7 +4512,7 @@ type ListSnapshotsReply struct {
 
 func (x *ListSnapshotsReply) Reset() {
 	*x = ListSnapshotsReply{}
-	mi := &file_ctxd_proto_msgTypes[43]
+	mi := &file_ctxd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4212,7 +4524,7 @@ func (x *ListSnapshotsReply) String() string {
 func (*ListSnapshotsReply) ProtoMessage() {}
 
 func (x *ListSnapshotsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[43]
+	mi := &file_ctxd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4225,7 +4537,7 @@ func (x *ListSnapshotsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsReply.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{43}
+	return file_ctxd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListSnapshotsReply) GetSnapshots() []*SnapshotInfo {
@@ -4251,7 +4563,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_ctxd_proto_msgTypes[44]
+	mi := &file_ctxd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4263,7 +4575,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[44]
+	mi := &file_ctxd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4276,7 +4588,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{44}
+	return file_ctxd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeleteSnapshotRequest) GetName() string {
@@ -4294,7 +4606,7 @@ type DeleteSnapshotReply struct {
 
 func (x *DeleteSnapshotReply) Reset() {
 	*x = DeleteSnapshotReply{}
-	mi := &file_ctxd_proto_msgTypes[45]
+	mi := &file_ctxd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4306,7 +4618,7 @@ func (x *DeleteSnapshotReply) String() string {
 func (*DeleteSnapshotReply) ProtoMessage() {}
 
 func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[45]
+	mi := &file_ctxd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4319,7 +4631,7 @@ func (x *DeleteSnapshotReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotReply.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{45}
+	return file_ctxd_proto_rawDescGZIP(), []int{49}
 }
 
 type VerifyColdRequest struct {
@@ -4330,7 +4642,7 @@ type VerifyColdRequest struct {
 
 func (x *VerifyColdRequest) Reset() {
 	*x = VerifyColdRequest{}
-	mi := &file_ctxd_proto_msgTypes[46]
+	mi := &file_ctxd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4342,7 +4654,7 @@ func (x *VerifyColdRequest) String() string {
 func (*VerifyColdRequest) ProtoMessage() {}
 
 func (x *VerifyColdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[46]
+	mi := &file_ctxd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4355,7 +4667,7 @@ func (x *VerifyColdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyColdRequest.ProtoReflect.Descriptor instead.
 func (*VerifyColdRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{46}
+	return file_ctxd_proto_rawDescGZIP(), []int{50}
 }
 
 type ColdProblem struct {
@@ -4369,7 +4681,7 @@ type ColdProblem struct {
 
 func (x *ColdProblem) Reset() {
 	*x = ColdProblem{}
-	mi := &file_ctxd_proto_msgTypes[47]
+	mi := &file_ctxd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4381,7 +4693,7 @@ func (x *ColdProblem) String() string {
 func (*ColdProblem) ProtoMessage() {}
 
 func (x *ColdProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[47]
+	mi := &file_ctxd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4394,7 +4706,7 @@ func (x *ColdProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ColdProblem.ProtoReflect.Descriptor instead.
 func (*ColdProblem) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{47}
+	return file_ctxd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ColdProblem) GetPath() string {
@@ -4429,7 +4741,7 @@ type VerifyColdReply struct {
 
 func (x *VerifyColdReply) Reset() {
 	*x = VerifyColdReply{}
-	mi := &file_ctxd_proto_msgTypes[48]
+	mi := &file_ctxd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4441,7 +4753,7 @@ func (x *VerifyColdReply) String() string {
 func (*VerifyColdReply) ProtoMessage() {}
 
 func (x *VerifyColdReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[48]
+	mi := &file_ctxd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4454,7 +4766,7 @@ func (x *VerifyColdReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyColdReply.ProtoReflect.Descriptor instead.
 func (*VerifyColdReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{48}
+	return file_ctxd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VerifyColdReply) GetProblems() []*ColdProblem {
@@ -4493,7 +4805,7 @@ type ReportEditRequest struct {
 
 func (x *ReportEditRequest) Reset() {
 	*x = ReportEditRequest{}
-	mi := &file_ctxd_proto_msgTypes[49]
+	mi := &file_ctxd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4505,7 +4817,7 @@ func (x *ReportEditRequest) String() string {
 func (*ReportEditRequest) ProtoMessage() {}
 
 func (x *ReportEditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[49]
+	mi := &file_ctxd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4518,7 +4830,7 @@ func (x *ReportEditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEditRequest.ProtoReflect.Descriptor instead.
 func (*ReportEditRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{49}
+	return file_ctxd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportEditRequest) GetSessionId() uint64 {
@@ -4546,7 +4858,7 @@ type ReportEditReply struct {
 
 func (x *ReportEditReply) Reset() {
 	*x = ReportEditReply{}
-	mi := &file_ctxd_proto_msgTypes[50]
+	mi := &file_ctxd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4558,7 +4870,7 @@ func (x *ReportEditReply) String() string {
 func (*ReportEditReply) ProtoMessage() {}
 
 func (x *ReportEditReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[50]
+	mi := &file_ctxd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4571,7 +4883,7 @@ func (x *ReportEditReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportEditReply.ProtoReflect.Descriptor instead.
 func (*ReportEditReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{50}
+	return file_ctxd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReportEditReply) GetSessions() int32 {
@@ -4604,7 +4916,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_ctxd_proto_msgTypes[51]
+	mi := &file_ctxd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4616,7 +4928,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[51]
+	mi := &file_ctxd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4629,7 +4941,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{51}
+	return file_ctxd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CloseSessionRequest) GetSessionId() uint64 {
@@ -4647,7 +4959,7 @@ type CloseSessionReply struct {
 
 func (x *CloseSessionReply) Reset() {
 	*x = CloseSessionReply{}
-	mi := &file_ctxd_proto_msgTypes[52]
+	mi := &file_ctxd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4659,7 +4971,7 @@ func (x *CloseSessionReply) String() string {
 func (*CloseSessionReply) ProtoMessage() {}
 
 func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[52]
+	mi := &file_ctxd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4672,7 +4984,7 @@ func (x *CloseSessionReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionReply.ProtoReflect.Descriptor instead.
 func (*CloseSessionReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{52}
+	return file_ctxd_proto_rawDescGZIP(), []int{56}
 }
 
 // MetricsRequest asks for the daemon's counters, gauges and Go-side
@@ -4686,7 +4998,7 @@ type MetricsRequest struct {
 
 func (x *MetricsRequest) Reset() {
 	*x = MetricsRequest{}
-	mi := &file_ctxd_proto_msgTypes[53]
+	mi := &file_ctxd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +5010,7 @@ func (x *MetricsRequest) String() string {
 func (*MetricsRequest) ProtoMessage() {}
 
 func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[53]
+	mi := &file_ctxd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +5023,7 @@ func (x *MetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsRequest.ProtoReflect.Descriptor instead.
 func (*MetricsRequest) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{53}
+	return file_ctxd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MetricsRequest) GetNoText() bool {
@@ -4738,7 +5050,7 @@ type TimingHistogram struct {
 
 func (x *TimingHistogram) Reset() {
 	*x = TimingHistogram{}
-	mi := &file_ctxd_proto_msgTypes[54]
+	mi := &file_ctxd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4750,7 +5062,7 @@ func (x *TimingHistogram) String() string {
 func (*TimingHistogram) ProtoMessage() {}
 
 func (x *TimingHistogram) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[54]
+	mi := &file_ctxd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4763,7 +5075,7 @@ func (x *TimingHistogram) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TimingHistogram.ProtoReflect.Descriptor instead.
 func (*TimingHistogram) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{54}
+	return file_ctxd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *TimingHistogram) GetName() string {
@@ -4807,7 +5119,7 @@ type ArenaRange struct {
 
 func (x *ArenaRange) Reset() {
 	*x = ArenaRange{}
-	mi := &file_ctxd_proto_msgTypes[55]
+	mi := &file_ctxd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4819,7 +5131,7 @@ func (x *ArenaRange) String() string {
 func (*ArenaRange) ProtoMessage() {}
 
 func (x *ArenaRange) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[55]
+	mi := &file_ctxd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4832,7 +5144,7 @@ func (x *ArenaRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArenaRange.ProtoReflect.Descriptor instead.
 func (*ArenaRange) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{55}
+	return file_ctxd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ArenaRange) GetStart() uint64 {
@@ -4870,7 +5182,7 @@ type MetricsReply struct {
 
 func (x *MetricsReply) Reset() {
 	*x = MetricsReply{}
-	mi := &file_ctxd_proto_msgTypes[56]
+	mi := &file_ctxd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4882,7 +5194,7 @@ func (x *MetricsReply) String() string {
 func (*MetricsReply) ProtoMessage() {}
 
 func (x *MetricsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ctxd_proto_msgTypes[56]
+	mi := &file_ctxd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4895,7 +5207,7 @@ func (x *MetricsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MetricsReply.ProtoReflect.Descriptor instead.
 func (*MetricsReply) Descriptor() ([]byte, []int) {
-	return file_ctxd_proto_rawDescGZIP(), []int{56}
+	return file_ctxd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *MetricsReply) GetPrometheusText() string {
@@ -5096,7 +5408,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x05model\x18\x01 \x01(\v2\x12.ctxd.v1.ModelInfoR\x05model\x12-\n" +
 	"\bcapacity\x18\x02 \x01(\v2\x11.ctxd.v1.CapacityR\bcapacity\"\x14\n" +
 	"\x12UnloadModelRequest\"\x12\n" +
-	"\x10UnloadModelReply\"\xa4\x02\n" +
+	"\x10UnloadModelReply\"\xd4\x02\n" +
 	"\aSegment\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12(\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x14.ctxd.v1.SegmentKindR\x04kind\x12)\n" +
@@ -5106,7 +5418,12 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x05paths\x18\x06 \x03(\tR\x05paths\x12\x12\n" +
 	"\x04text\x18\a \x01(\tR\x04text\x12\x16\n" +
 	"\x06stable\x18\b \x01(\bR\x06stable\x12\x16\n" +
-	"\x06tokens\x18\t \x03(\x05R\x06tokens\"T\n" +
+	"\x06tokens\x18\t \x03(\x05R\x06tokens\x12.\n" +
+	"\acontrol\x18\n" +
+	" \x03(\v2\x14.ctxd.v1.ControlSpanR\acontrol\"5\n" +
+	"\vControlSpan\x12\x14\n" +
+	"\x05start\x18\x01 \x01(\rR\x05start\x12\x10\n" +
+	"\x03end\x18\x02 \x01(\rR\x03end\"T\n" +
 	"\bManifest\x12,\n" +
 	"\bsegments\x18\x01 \x03(\v2\x10.ctxd.v1.SegmentR\bsegments\x12\x1a\n" +
 	"\btemplate\x18\x02 \x01(\tR\btemplate\"k\n" +
@@ -5191,7 +5508,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"firstToken\x12\x16\n" +
 	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x14\n" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x81\b\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xc2\b\n" +
 	"\fExplainReply\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12'\n" +
@@ -5226,10 +5543,32 @@ const file_ctxd_proto_rawDesc = "" +
 	"\vcold_tokens\x18\x16 \x01(\x03R\n" +
 	"coldTokens\x122\n" +
 	"\n" +
-	"hot_ranges\x18\x17 \x03(\v2\x13.ctxd.v1.TokenRangeR\thotRanges\x1a@\n" +
+	"hot_ranges\x18\x17 \x03(\v2\x13.ctxd.v1.TokenRangeR\thotRanges\x12?\n" +
+	"\x0elast_retrieval\x18\x18 \x01(\v2\x18.ctxd.v1.RetrievalReportR\rlastRetrieval\x1a@\n" +
 	"\x12TokensByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"4\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb6\x01\n" +
+	"\x0fRetrievalReport\x12\x12\n" +
+	"\x04turn\x18\x01 \x01(\x03R\x04turn\x12\x18\n" +
+	"\ascorers\x18\x02 \x01(\tR\ascorers\x12!\n" +
+	"\fquery_tokens\x18\x03 \x01(\x03R\vqueryTokens\x12#\n" +
+	"\rbudget_tokens\x18\x04 \x01(\x03R\fbudgetTokens\x12-\n" +
+	"\x06scorer\x18\x05 \x03(\v2\x15.ctxd.v1.ScorerReportR\x06scorer\"\xad\x01\n" +
+	"\fScorerReport\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"scoring_us\x18\x02 \x01(\x03R\tscoringUs\x12\x16\n" +
+	"\x06blocks\x18\x03 \x01(\x03R\x06blocks\x12#\n" +
+	"\rsummary_bytes\x18\x04 \x01(\x03R\fsummaryBytes\x12-\n" +
+	"\x03top\x18\x05 \x03(\v2\x1b.ctxd.v1.RetrievalCandidateR\x03top\"\xae\x01\n" +
+	"\x12RetrievalCandidate\x12\x19\n" +
+	"\bblock_id\x18\x01 \x01(\x04R\ablockId\x12\x1f\n" +
+	"\vfirst_token\x18\x02 \x01(\x03R\n" +
+	"firstToken\x12\x16\n" +
+	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x14\n" +
+	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x12\n" +
+	"\x04rank\x18\x05 \x01(\x03R\x04rank\x12\x1a\n" +
+	"\badmitted\x18\x06 \x01(\bR\badmitted\"4\n" +
 	"\n" +
 	"TokenRange\x12\x14\n" +
 	"\x05start\x18\x01 \x01(\x03R\x05start\x12\x10\n" +
@@ -5411,7 +5750,7 @@ func file_ctxd_proto_rawDescGZIP() []byte {
 }
 
 var file_ctxd_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_ctxd_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_ctxd_proto_goTypes = []any{
 	(ErrorCode)(0),                // 0: ctxd.v1.ErrorCode
 	(SegmentKind)(0),              // 1: ctxd.v1.SegmentKind
@@ -5436,125 +5775,133 @@ var file_ctxd_proto_goTypes = []any{
 	(*UnloadModelRequest)(nil),    // 20: ctxd.v1.UnloadModelRequest
 	(*UnloadModelReply)(nil),      // 21: ctxd.v1.UnloadModelReply
 	(*Segment)(nil),               // 22: ctxd.v1.Segment
-	(*Manifest)(nil),              // 23: ctxd.v1.Manifest
-	(*OpenSessionRequest)(nil),    // 24: ctxd.v1.OpenSessionRequest
-	(*OpenSessionReply)(nil),      // 25: ctxd.v1.OpenSessionReply
-	(*EnsurePrefixRequest)(nil),   // 26: ctxd.v1.EnsurePrefixRequest
-	(*ProgressEvent)(nil),         // 27: ctxd.v1.ProgressEvent
-	(*PrefillSuffixRequest)(nil),  // 28: ctxd.v1.PrefillSuffixRequest
-	(*PrefixReply)(nil),           // 29: ctxd.v1.PrefixReply
-	(*SamplingParams)(nil),        // 30: ctxd.v1.SamplingParams
-	(*DecodeRequest)(nil),         // 31: ctxd.v1.DecodeRequest
-	(*TokenEvent)(nil),            // 32: ctxd.v1.TokenEvent
-	(*DecodeReply)(nil),           // 33: ctxd.v1.DecodeReply
-	(*ExplainRequest)(nil),        // 34: ctxd.v1.ExplainRequest
-	(*SegmentResidency)(nil),      // 35: ctxd.v1.SegmentResidency
-	(*RetrievedBlock)(nil),        // 36: ctxd.v1.RetrievedBlock
-	(*ExplainReply)(nil),          // 37: ctxd.v1.ExplainReply
-	(*TokenRange)(nil),            // 38: ctxd.v1.TokenRange
-	(*RestoreReport)(nil),         // 39: ctxd.v1.RestoreReport
-	(*ColdStatus)(nil),            // 40: ctxd.v1.ColdStatus
-	(*SnapshotRequest)(nil),       // 41: ctxd.v1.SnapshotRequest
-	(*SnapshotReply)(nil),         // 42: ctxd.v1.SnapshotReply
-	(*RestoreRequest)(nil),        // 43: ctxd.v1.RestoreRequest
-	(*RestoreReply)(nil),          // 44: ctxd.v1.RestoreReply
-	(*ListSnapshotsRequest)(nil),  // 45: ctxd.v1.ListSnapshotsRequest
-	(*SnapshotInfo)(nil),          // 46: ctxd.v1.SnapshotInfo
-	(*ListSnapshotsReply)(nil),    // 47: ctxd.v1.ListSnapshotsReply
-	(*DeleteSnapshotRequest)(nil), // 48: ctxd.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotReply)(nil),   // 49: ctxd.v1.DeleteSnapshotReply
-	(*VerifyColdRequest)(nil),     // 50: ctxd.v1.VerifyColdRequest
-	(*ColdProblem)(nil),           // 51: ctxd.v1.ColdProblem
-	(*VerifyColdReply)(nil),       // 52: ctxd.v1.VerifyColdReply
-	(*ReportEditRequest)(nil),     // 53: ctxd.v1.ReportEditRequest
-	(*ReportEditReply)(nil),       // 54: ctxd.v1.ReportEditReply
-	(*CloseSessionRequest)(nil),   // 55: ctxd.v1.CloseSessionRequest
-	(*CloseSessionReply)(nil),     // 56: ctxd.v1.CloseSessionReply
-	(*MetricsRequest)(nil),        // 57: ctxd.v1.MetricsRequest
-	(*TimingHistogram)(nil),       // 58: ctxd.v1.TimingHistogram
-	(*ArenaRange)(nil),            // 59: ctxd.v1.ArenaRange
-	(*MetricsReply)(nil),          // 60: ctxd.v1.MetricsReply
-	nil,                           // 61: ctxd.v1.ExplainReply.TokensByClassEntry
-	nil,                           // 62: ctxd.v1.MetricsReply.ValuesEntry
+	(*ControlSpan)(nil),           // 23: ctxd.v1.ControlSpan
+	(*Manifest)(nil),              // 24: ctxd.v1.Manifest
+	(*OpenSessionRequest)(nil),    // 25: ctxd.v1.OpenSessionRequest
+	(*OpenSessionReply)(nil),      // 26: ctxd.v1.OpenSessionReply
+	(*EnsurePrefixRequest)(nil),   // 27: ctxd.v1.EnsurePrefixRequest
+	(*ProgressEvent)(nil),         // 28: ctxd.v1.ProgressEvent
+	(*PrefillSuffixRequest)(nil),  // 29: ctxd.v1.PrefillSuffixRequest
+	(*PrefixReply)(nil),           // 30: ctxd.v1.PrefixReply
+	(*SamplingParams)(nil),        // 31: ctxd.v1.SamplingParams
+	(*DecodeRequest)(nil),         // 32: ctxd.v1.DecodeRequest
+	(*TokenEvent)(nil),            // 33: ctxd.v1.TokenEvent
+	(*DecodeReply)(nil),           // 34: ctxd.v1.DecodeReply
+	(*ExplainRequest)(nil),        // 35: ctxd.v1.ExplainRequest
+	(*SegmentResidency)(nil),      // 36: ctxd.v1.SegmentResidency
+	(*RetrievedBlock)(nil),        // 37: ctxd.v1.RetrievedBlock
+	(*ExplainReply)(nil),          // 38: ctxd.v1.ExplainReply
+	(*RetrievalReport)(nil),       // 39: ctxd.v1.RetrievalReport
+	(*ScorerReport)(nil),          // 40: ctxd.v1.ScorerReport
+	(*RetrievalCandidate)(nil),    // 41: ctxd.v1.RetrievalCandidate
+	(*TokenRange)(nil),            // 42: ctxd.v1.TokenRange
+	(*RestoreReport)(nil),         // 43: ctxd.v1.RestoreReport
+	(*ColdStatus)(nil),            // 44: ctxd.v1.ColdStatus
+	(*SnapshotRequest)(nil),       // 45: ctxd.v1.SnapshotRequest
+	(*SnapshotReply)(nil),         // 46: ctxd.v1.SnapshotReply
+	(*RestoreRequest)(nil),        // 47: ctxd.v1.RestoreRequest
+	(*RestoreReply)(nil),          // 48: ctxd.v1.RestoreReply
+	(*ListSnapshotsRequest)(nil),  // 49: ctxd.v1.ListSnapshotsRequest
+	(*SnapshotInfo)(nil),          // 50: ctxd.v1.SnapshotInfo
+	(*ListSnapshotsReply)(nil),    // 51: ctxd.v1.ListSnapshotsReply
+	(*DeleteSnapshotRequest)(nil), // 52: ctxd.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotReply)(nil),   // 53: ctxd.v1.DeleteSnapshotReply
+	(*VerifyColdRequest)(nil),     // 54: ctxd.v1.VerifyColdRequest
+	(*ColdProblem)(nil),           // 55: ctxd.v1.ColdProblem
+	(*VerifyColdReply)(nil),       // 56: ctxd.v1.VerifyColdReply
+	(*ReportEditRequest)(nil),     // 57: ctxd.v1.ReportEditRequest
+	(*ReportEditReply)(nil),       // 58: ctxd.v1.ReportEditReply
+	(*CloseSessionRequest)(nil),   // 59: ctxd.v1.CloseSessionRequest
+	(*CloseSessionReply)(nil),     // 60: ctxd.v1.CloseSessionReply
+	(*MetricsRequest)(nil),        // 61: ctxd.v1.MetricsRequest
+	(*TimingHistogram)(nil),       // 62: ctxd.v1.TimingHistogram
+	(*ArenaRange)(nil),            // 63: ctxd.v1.ArenaRange
+	(*MetricsReply)(nil),          // 64: ctxd.v1.MetricsReply
+	nil,                           // 65: ctxd.v1.ExplainReply.TokensByClassEntry
+	nil,                           // 66: ctxd.v1.MetricsReply.ValuesEntry
 }
 var file_ctxd_proto_depIdxs = []int32{
 	9,  // 0: ctxd.v1.Request.hello:type_name -> ctxd.v1.HelloRequest
 	13, // 1: ctxd.v1.Request.status:type_name -> ctxd.v1.StatusRequest
 	18, // 2: ctxd.v1.Request.load_model:type_name -> ctxd.v1.LoadModelRequest
 	20, // 3: ctxd.v1.Request.unload_model:type_name -> ctxd.v1.UnloadModelRequest
-	24, // 4: ctxd.v1.Request.open_session:type_name -> ctxd.v1.OpenSessionRequest
-	26, // 5: ctxd.v1.Request.ensure_prefix:type_name -> ctxd.v1.EnsurePrefixRequest
-	28, // 6: ctxd.v1.Request.prefill_suffix:type_name -> ctxd.v1.PrefillSuffixRequest
-	31, // 7: ctxd.v1.Request.decode:type_name -> ctxd.v1.DecodeRequest
-	34, // 8: ctxd.v1.Request.explain:type_name -> ctxd.v1.ExplainRequest
-	55, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
+	25, // 4: ctxd.v1.Request.open_session:type_name -> ctxd.v1.OpenSessionRequest
+	27, // 5: ctxd.v1.Request.ensure_prefix:type_name -> ctxd.v1.EnsurePrefixRequest
+	29, // 6: ctxd.v1.Request.prefill_suffix:type_name -> ctxd.v1.PrefillSuffixRequest
+	32, // 7: ctxd.v1.Request.decode:type_name -> ctxd.v1.DecodeRequest
+	35, // 8: ctxd.v1.Request.explain:type_name -> ctxd.v1.ExplainRequest
+	59, // 9: ctxd.v1.Request.close_session:type_name -> ctxd.v1.CloseSessionRequest
 	11, // 10: ctxd.v1.Request.ping:type_name -> ctxd.v1.PingRequest
-	57, // 11: ctxd.v1.Request.metrics:type_name -> ctxd.v1.MetricsRequest
-	41, // 12: ctxd.v1.Request.snapshot:type_name -> ctxd.v1.SnapshotRequest
-	43, // 13: ctxd.v1.Request.restore:type_name -> ctxd.v1.RestoreRequest
-	45, // 14: ctxd.v1.Request.list_snapshots:type_name -> ctxd.v1.ListSnapshotsRequest
-	48, // 15: ctxd.v1.Request.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotRequest
-	50, // 16: ctxd.v1.Request.verify_cold:type_name -> ctxd.v1.VerifyColdRequest
-	53, // 17: ctxd.v1.Request.report_edit:type_name -> ctxd.v1.ReportEditRequest
+	61, // 11: ctxd.v1.Request.metrics:type_name -> ctxd.v1.MetricsRequest
+	45, // 12: ctxd.v1.Request.snapshot:type_name -> ctxd.v1.SnapshotRequest
+	47, // 13: ctxd.v1.Request.restore:type_name -> ctxd.v1.RestoreRequest
+	49, // 14: ctxd.v1.Request.list_snapshots:type_name -> ctxd.v1.ListSnapshotsRequest
+	52, // 15: ctxd.v1.Request.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotRequest
+	54, // 16: ctxd.v1.Request.verify_cold:type_name -> ctxd.v1.VerifyColdRequest
+	57, // 17: ctxd.v1.Request.report_edit:type_name -> ctxd.v1.ReportEditRequest
 	7,  // 18: ctxd.v1.Response.error:type_name -> ctxd.v1.Error
 	10, // 19: ctxd.v1.Response.hello:type_name -> ctxd.v1.HelloReply
 	16, // 20: ctxd.v1.Response.status:type_name -> ctxd.v1.StatusReply
 	19, // 21: ctxd.v1.Response.load_model:type_name -> ctxd.v1.LoadModelReply
 	21, // 22: ctxd.v1.Response.unload_model:type_name -> ctxd.v1.UnloadModelReply
-	25, // 23: ctxd.v1.Response.open_session:type_name -> ctxd.v1.OpenSessionReply
-	29, // 24: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
-	29, // 25: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
-	33, // 26: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
-	37, // 27: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
-	56, // 28: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
+	26, // 23: ctxd.v1.Response.open_session:type_name -> ctxd.v1.OpenSessionReply
+	30, // 24: ctxd.v1.Response.ensure_prefix:type_name -> ctxd.v1.PrefixReply
+	30, // 25: ctxd.v1.Response.prefill_suffix:type_name -> ctxd.v1.PrefixReply
+	34, // 26: ctxd.v1.Response.decode:type_name -> ctxd.v1.DecodeReply
+	38, // 27: ctxd.v1.Response.explain:type_name -> ctxd.v1.ExplainReply
+	60, // 28: ctxd.v1.Response.close_session:type_name -> ctxd.v1.CloseSessionReply
 	12, // 29: ctxd.v1.Response.ping:type_name -> ctxd.v1.PingReply
-	60, // 30: ctxd.v1.Response.metrics:type_name -> ctxd.v1.MetricsReply
-	42, // 31: ctxd.v1.Response.snapshot:type_name -> ctxd.v1.SnapshotReply
-	44, // 32: ctxd.v1.Response.restore:type_name -> ctxd.v1.RestoreReply
-	47, // 33: ctxd.v1.Response.list_snapshots:type_name -> ctxd.v1.ListSnapshotsReply
-	49, // 34: ctxd.v1.Response.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotReply
-	52, // 35: ctxd.v1.Response.verify_cold:type_name -> ctxd.v1.VerifyColdReply
-	54, // 36: ctxd.v1.Response.report_edit:type_name -> ctxd.v1.ReportEditReply
-	32, // 37: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
-	27, // 38: ctxd.v1.StreamEvent.progress:type_name -> ctxd.v1.ProgressEvent
+	64, // 30: ctxd.v1.Response.metrics:type_name -> ctxd.v1.MetricsReply
+	46, // 31: ctxd.v1.Response.snapshot:type_name -> ctxd.v1.SnapshotReply
+	48, // 32: ctxd.v1.Response.restore:type_name -> ctxd.v1.RestoreReply
+	51, // 33: ctxd.v1.Response.list_snapshots:type_name -> ctxd.v1.ListSnapshotsReply
+	53, // 34: ctxd.v1.Response.delete_snapshot:type_name -> ctxd.v1.DeleteSnapshotReply
+	56, // 35: ctxd.v1.Response.verify_cold:type_name -> ctxd.v1.VerifyColdReply
+	58, // 36: ctxd.v1.Response.report_edit:type_name -> ctxd.v1.ReportEditReply
+	33, // 37: ctxd.v1.StreamEvent.token:type_name -> ctxd.v1.TokenEvent
+	28, // 38: ctxd.v1.StreamEvent.progress:type_name -> ctxd.v1.ProgressEvent
 	0,  // 39: ctxd.v1.Error.code:type_name -> ctxd.v1.ErrorCode
 	8,  // 40: ctxd.v1.Error.overflow:type_name -> ctxd.v1.Overflow
 	14, // 41: ctxd.v1.StatusReply.model:type_name -> ctxd.v1.ModelInfo
 	15, // 42: ctxd.v1.StatusReply.capacity:type_name -> ctxd.v1.Capacity
-	40, // 43: ctxd.v1.StatusReply.cold:type_name -> ctxd.v1.ColdStatus
+	44, // 43: ctxd.v1.StatusReply.cold:type_name -> ctxd.v1.ColdStatus
 	17, // 44: ctxd.v1.StatusReply.device:type_name -> ctxd.v1.DeviceInfo
 	14, // 45: ctxd.v1.LoadModelReply.model:type_name -> ctxd.v1.ModelInfo
 	15, // 46: ctxd.v1.LoadModelReply.capacity:type_name -> ctxd.v1.Capacity
 	1,  // 47: ctxd.v1.Segment.kind:type_name -> ctxd.v1.SegmentKind
 	2,  // 48: ctxd.v1.Segment.class:type_name -> ctxd.v1.CacheClass
-	22, // 49: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
-	23, // 50: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
-	29, // 51: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
-	23, // 52: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
-	22, // 53: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
-	30, // 54: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
-	3,  // 55: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
-	1,  // 56: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
-	2,  // 57: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
-	35, // 58: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
-	61, // 59: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
-	15, // 60: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
-	36, // 61: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
-	39, // 62: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
-	40, // 63: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
-	38, // 64: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
-	39, // 65: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
-	46, // 66: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
-	40, // 67: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
-	51, // 68: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
-	58, // 69: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
-	59, // 70: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
-	62, // 71: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
-	72, // [72:72] is the sub-list for method output_type
-	72, // [72:72] is the sub-list for method input_type
-	72, // [72:72] is the sub-list for extension type_name
-	72, // [72:72] is the sub-list for extension extendee
-	0,  // [0:72] is the sub-list for field type_name
+	23, // 49: ctxd.v1.Segment.control:type_name -> ctxd.v1.ControlSpan
+	22, // 50: ctxd.v1.Manifest.segments:type_name -> ctxd.v1.Segment
+	24, // 51: ctxd.v1.OpenSessionRequest.manifest:type_name -> ctxd.v1.Manifest
+	30, // 52: ctxd.v1.OpenSessionReply.prefix:type_name -> ctxd.v1.PrefixReply
+	24, // 53: ctxd.v1.EnsurePrefixRequest.manifest:type_name -> ctxd.v1.Manifest
+	22, // 54: ctxd.v1.PrefillSuffixRequest.extra:type_name -> ctxd.v1.Segment
+	31, // 55: ctxd.v1.DecodeRequest.sampling:type_name -> ctxd.v1.SamplingParams
+	3,  // 56: ctxd.v1.DecodeReply.reason:type_name -> ctxd.v1.StopReason
+	1,  // 57: ctxd.v1.SegmentResidency.kind:type_name -> ctxd.v1.SegmentKind
+	2,  // 58: ctxd.v1.SegmentResidency.class:type_name -> ctxd.v1.CacheClass
+	36, // 59: ctxd.v1.ExplainReply.segments:type_name -> ctxd.v1.SegmentResidency
+	65, // 60: ctxd.v1.ExplainReply.tokens_by_class:type_name -> ctxd.v1.ExplainReply.TokensByClassEntry
+	15, // 61: ctxd.v1.ExplainReply.capacity:type_name -> ctxd.v1.Capacity
+	37, // 62: ctxd.v1.ExplainReply.retrieved:type_name -> ctxd.v1.RetrievedBlock
+	43, // 63: ctxd.v1.ExplainReply.restore:type_name -> ctxd.v1.RestoreReport
+	44, // 64: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
+	42, // 65: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
+	39, // 66: ctxd.v1.ExplainReply.last_retrieval:type_name -> ctxd.v1.RetrievalReport
+	40, // 67: ctxd.v1.RetrievalReport.scorer:type_name -> ctxd.v1.ScorerReport
+	41, // 68: ctxd.v1.ScorerReport.top:type_name -> ctxd.v1.RetrievalCandidate
+	43, // 69: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
+	50, // 70: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
+	44, // 71: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
+	55, // 72: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
+	62, // 73: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
+	63, // 74: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
+	66, // 75: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
+	76, // [76:76] is the sub-list for method output_type
+	76, // [76:76] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_ctxd_proto_init() }
@@ -5612,7 +5959,7 @@ func file_ctxd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ctxd_proto_rawDesc), len(file_ctxd_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   59,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

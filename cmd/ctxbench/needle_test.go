@@ -1,0 +1,85 @@
+package main
+
+import (
+	"math/rand"
+	"slices"
+	"testing"
+)
+
+// fakeText is a token stream with text-like repetition: words of 2–6
+// tokens drawn from a small lexicon.
+func fakeText(rng *rand.Rand, n, lexicon int, base int32) []int32 {
+	words := make([][]int32, lexicon)
+	for i := range words {
+		for range 2 + rng.Intn(5) {
+			words[i] = append(words[i], base+int32(rng.Intn(200)))
+		}
+	}
+	var out []int32
+	for len(out) < n {
+		out = append(out, words[rng.Intn(lexicon)]...)
+	}
+	return out[:n]
+}
+
+func TestNeedleTrials(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	filler := fakeText(rng, 20000, 300, 3)
+	source := fakeText(rng, 6000, 300, 150) // overlaps the filler's tokens
+	srcs := newNeedleSources(filler, source, 512)
+	for _, sh := range []trialShape{
+		{distance: 4096, needles: 1, queryTurn: 64, window: 256, block: 64, sinks: 4, kind: "text"},
+		{distance: 4096, needles: 4, queryTurn: 64, window: 256, block: 64, sinks: 4, kind: "random"},
+		{distance: 4096, needles: 4, queryTurn: 64, window: 256, block: 64, sinks: 4, kind: "both"},
+		{needles: 2, queryTurn: 64, window: 256, block: 64, sinks: 4, kind: "both", baseline: true},
+		{needles: 1, window: 256, block: 64, sinks: 4, kind: "random", baseline: true},
+	} {
+		for range 20 {
+			tr, err := srcs.draw(rng, sh)
+			if err != nil {
+				t.Fatalf("%+v: %v", sh, err)
+			}
+			wantAsks := 1
+			if sh.kind == "both" {
+				wantAsks = sh.needles
+			}
+			if len(tr.asks) != wantAsks || len(tr.needles) != sh.needles {
+				t.Fatalf("%+v: %d asks, %d needles", sh, len(tr.asks), len(tr.needles))
+			}
+			for _, a := range tr.asks {
+				ndl := tr.needles[a.needle]
+				prefix := ndl[:askTokens]
+				lo, hi := tr.span(a)
+				switch {
+				case len(a.query) != sh.queryLen() || !slices.Equal(a.query[len(a.query)-askTokens:], prefix):
+					t.Fatalf("%+v: query %v does not end with %v", sh, a.query, prefix)
+				case countSeq(tr.hay, prefix) != 1 || countSeq(a.query[:len(a.query)-askTokens], prefix) != 0:
+					t.Fatalf("%+v: the asked prefix is not unique", sh)
+				case !slices.Equal(tr.hay[lo-1:hi-1], ndl):
+					t.Fatalf("%+v: needle not at its span", sh)
+				case a.text != sh.isText(a.needle):
+					t.Fatalf("%+v: needle kind", sh)
+				}
+				if a.text && countSeq(source, ndl) == 0 {
+					t.Fatalf("%+v: a text needle is not a span of the source", sh)
+				}
+				text := a.query[:len(a.query)-askTokens]
+				for i := 0; i+queryDistinct <= len(text); i++ {
+					if _, in := srcs.hay8[gramKey(text, i, queryDistinct)]; in {
+						t.Fatalf("%+v: the query turn shares %d tokens with the haystack", sh, queryDistinct)
+					}
+				}
+				if sh.baseline {
+					if total := 1 + len(tr.hay) + len(a.query) + needleTokens - askTokens; total > sh.window {
+						t.Fatalf("%+v: baseline of %d tokens exceeds the window", sh, total)
+					}
+				} else if b0, b1 := (lo-sh.sinks)/sh.block, (hi-1-sh.sinks)/sh.block; b0 != b1 {
+					t.Fatalf("%+v: needle [%d,%d) straddles blocks", sh, lo, hi)
+				}
+			}
+		}
+	}
+	if _, err := srcs.draw(rng, trialShape{needles: 8, queryTurn: 64, window: 256, kind: "text", baseline: true}); err == nil {
+		t.Error("8 needles and a 64-token turn fit a 256-token window?")
+	}
+}
