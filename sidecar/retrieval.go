@@ -55,7 +55,7 @@ func (r *retrievalReport) wire(h *hotState) *pb.RetrievalReport {
 }
 
 // SetScorers changes which scorers rank parked blocks from the next turn
-// on, for every session (an evaluation knob: ctxctl eval recall asks the
+// on, for every session (an evaluation knob: ctxbench eval recall asks the
 // same haystack with each scorer). It waits for the engine.
 func (srv *Server) SetScorers(ctx context.Context, s policy.ScorerSet) error {
 	if s.Has(policy.ScorerAttention) {

@@ -359,7 +359,7 @@ func siblingBinary(name string) string {
 // startDaemonProcess runs ctxd as a child process on a temporary socket and
 // waits until it answers.
 func startDaemonProcess(ctx context.Context, bin, model string, ctxTokens int) (string, func(), error) {
-	dir, err := os.MkdirTemp("", "ctxctl-bench-")
+	dir, err := os.MkdirTemp("", "ctxbench-")
 	if err != nil {
 		return "", nil, err
 	}

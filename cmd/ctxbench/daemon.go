@@ -15,7 +15,7 @@ func privateClient(ctx context.Context, cfg sidecar.Config) (c *client.Client, d
 	if err != nil {
 		return nil, nil, err
 	}
-	if c, err = client.Dial(ctx, p.Socket, client.Options{Name: "ctxctl"}); err != nil {
+	if c, err = client.Dial(ctx, p.Socket, client.Options{Name: "ctxbench"}); err != nil {
 		p.Stop()
 		return nil, nil, err
 	}
@@ -23,7 +23,7 @@ func privateClient(ctx context.Context, cfg sidecar.Config) (c *client.Client, d
 }
 
 func startPrivate(model string, ctxTokens int) (*sidecar.Private, error) {
-	return sidecar.StartPrivate(withDevice(sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxctl-private", NoCold: true}))
+	return sidecar.StartPrivate(withDevice(sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxbench-private", NoCold: true}))
 }
 
 // connect dials --socket, or starts a private daemon when model is set.
@@ -35,7 +35,7 @@ func (e *env) connect(ctx context.Context, model string, ctxTokens int) (*client
 		}
 		return c, func() { c.Close() }, nil
 	}
-	c, done, err := privateClient(ctx, sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxctl-private"})
+	c, done, err := privateClient(ctx, sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxbench-private"})
 	if err != nil {
 		return nil, nil, fmt.Errorf("private daemon: %w", err)
 	}

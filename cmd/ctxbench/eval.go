@@ -322,7 +322,7 @@ func recallScorers(ctx context.Context, e *env, cfg sidecar.Config, srcs *needle
 		return nil, nil, 0, err
 	}
 	defer p.Stop()
-	c, err := client.Dial(ctx, p.Socket, client.Options{Name: "ctxctl eval recall"})
+	c, err := client.Dial(ctx, p.Socket, client.Options{Name: "ctxbench eval recall"})
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -32,7 +32,7 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 	if err := parse(fs, e, args); err != nil {
 		return err
 	}
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: *model, ContextTokens: *ctxTokens, HotTokens: *hot, Threads: *threads, Version: "ctxctl-private", NoCold: true})
+	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: *model, ContextTokens: *ctxTokens, HotTokens: *hot, Threads: *threads, Version: "ctxbench-private", NoCold: true})
 	if err != nil {
 		return err
 	}

@@ -450,7 +450,7 @@ type httpDaemon struct {
 }
 
 func startHTTPDaemon(model, name string, cfg sidecar.Config) (*httpDaemon, error) {
-	cfg.ModelPath, cfg.Version = model, "ctxctl-private"
+	cfg.ModelPath, cfg.Version = model, "ctxbench-private"
 	p, err := sidecar.StartPrivate(cfg)
 	if err != nil {
 		return nil, err

@@ -67,7 +67,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	}
 	defer os.RemoveAll(dir)
 	cfg := sidecar.Config{ModelPath: *model, DataDir: filepath.Join(dir, "data"), SocketPath: filepath.Join(dir, "a.sock"),
-		KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, IdleSnapshot: -1, Version: "ctxctl-bench"}
+		KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, IdleSnapshot: -1, Version: "ctxbench"}
 	cfg = withDevice(cfg)
 	p, err := sidecar.StartPrivate(cfg)
 	if err != nil {
@@ -79,7 +79,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 			p.Stop()
 		}
 	}()
-	c, err := client.Dial(ctx, p.Socket, client.Options{Name: "ctxctl bench"})
+	c, err := client.Dial(ctx, p.Socket, client.Options{Name: "ctxbench bench"})
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 		if p, err = sidecar.StartPrivate(cfg); err != nil {
 			return err
 		}
-		if c, err = client.Dial(ctx, p.Socket, client.Options{Name: "ctxctl bench"}); err != nil {
+		if c, err = client.Dial(ctx, p.Socket, client.Options{Name: "ctxbench bench"}); err != nil {
 			return err
 		}
 	}
@@ -174,7 +174,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	stopped = false
-	if c, err = client.Dial(ctx, p.Socket, client.Options{Name: "ctxctl bench"}); err != nil {
+	if c, err = client.Dial(ctx, p.Socket, client.Options{Name: "ctxbench bench"}); err != nil {
 		return err
 	}
 	defer c.Close()

@@ -80,7 +80,7 @@ func benchSpeed(ctx context.Context, e *env, args []string) error {
 			d = ""
 		}
 		cfg := withDevice(sidecar.Config{ModelPath: *model, ContextTokens: *prompt + *gen + 64, NoCold: true,
-			KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, Device: d, Version: "ctxctl-bench"})
+			KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, Device: d, Version: "ctxbench"})
 		r, err := speedOn(ctx, cfg, toks, *gen)
 		if err != nil {
 			return fmt.Errorf("device %q: %w", d, err)
