@@ -90,7 +90,7 @@ h200-pack: headers
 test-short: headers
 	$(GO) test -short -count=1 ./...
 
-# Benchmarks print ratios measured in one run; see README "Benchmarks".
+# Benchmarks print ratios measured in one run; see docs/BENCHMARKS.md.
 BENCH_CTX ?= 8192
 bench: build
 	./bin/ctxbench bench socket --model $(MODEL)
@@ -109,7 +109,7 @@ bench-synth: build
 	./bin/ctxbench bench resume --model $(SYNTH_MODEL) --traces $(TRACES) --tokens 4096 --hot 0
 	./bin/ctxbench bench resume --model $(SYNTH_MODEL) --traces $(TRACES) --tokens 4096 --hot 0 --kv q8_0
 
-# Evaluations beyond the window (README "Beyond the trained window").
+# Evaluations beyond the window (docs/BENCHMARKS.md, "Beyond the trained window").
 eval: build
 	./bin/ctxbench eval recall --model $(NEEDLE_MODEL)
 	./bin/ctxbench eval ppl --model $(MODEL) --traces $(TRACES) --png bin/ppl.png

@@ -50,7 +50,7 @@ type BM25Options struct {
 }
 
 // Defaults of the query weighting, chosen by measurement on text
-// haystacks (README, "Beyond the trained window"): with textbook BM25 (IDF
+// haystacks (docs/BENCHMARKS.md, "Recall"): with textbook BM25 (IDF
 // power 1, every query position alike) a turn's ordinary words pick the
 // blocks that share most of them, and the few tokens that say what the
 // turn needs lose.

@@ -76,7 +76,7 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 	// Positions near the end of the trained window are where a model
 	// degrades first: at 64× stories260K's window, a hot set filling the
 	// whole window scored 1.116 × the in-window reference, one filling
-	// three quarters of it 1.032 (README). The hot-set baselines use the
+	// three quarters of it 1.032 (docs/BENCHMARKS.md). The hot-set baselines use the
 	// same budget.
 	hot.HotTokens = w * 3 / 4
 	if *hotTokens > 0 {
