@@ -114,4 +114,13 @@
 // index, file I/O and (de)compression run outside it, except unlinks and
 // renames into quarantine, which hold it so no concurrent write of the
 // same key can be undone. One Store opens a folder at a time.
+//
+// Source files: store.go (Config, Open, Put, Get, Remove, Close), key.go
+// (block keys and FormatVersion), format.go (file framing), codec.go
+// (chunked zstd), planes.go, planes_amd64.go, planes_amd64.s and
+// planes_other.go (byte planes), queue.go (background compression),
+// snapshot.go (saving, loading and pinning snapshots), load.go (rebuilding
+// the index at Open), gc.go (quota collection, pins), verify.go (Verify),
+// fs.go (the system-call seam tests inject faults through), errors.go
+// (sentinel errors).
 package coldstore

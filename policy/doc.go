@@ -22,4 +22,17 @@
 //   - Failures are reported with sentinel errors usable with errors.Is.
 //
 // Only the standard library is used.
+//
+// Files: capacity.go (how many tokens fit), autohot.go (the default hot
+// budget), latency.go (the prefill cost model behind --turn-latency),
+// turns.go (the engine quantum: how long a call keeps the engine before it
+// yields), device.go and offload.go (device choice and layer offload),
+// kvtype.go (KV element types and their sizes), manifest.go (manifests and
+// their validation), kind.go (segment kinds and cache classes), control.go
+// (control-token spans), digest.go (canonical digests and compatibility
+// keys), invalidate.go (which edits invalidate a segment), hotset.go
+// (planning the hot set), evict.go (eviction order), query.go (the turn's
+// retrieval query), bm25.go (the lexical index), retrieval.go (block
+// scores), scorers.go (scorer names), errors.go (sentinel errors), format.go
+// (byte sizes in messages).
 package policy

@@ -33,4 +33,11 @@
 //   - Failures are sentinel errors usable with errors.Is; each wire
 //     ErrorCode has exactly one sentinel, and ToWire/FromWire map between
 //     them without loss.
+//
+// Files: frame.go (the frame header and its codec), channel.go (sending and
+// receiving frames on one connection), version.go (version negotiation),
+// errors.go (one sentinel per wire ErrorCode, ToWire/FromWire), convert.go
+// (policy types to and from the wire), socket.go (the default socket path
+// and its length limit); ctxdpb/ holds the protobuf schema and generated
+// code.
 package protocol

@@ -124,4 +124,9 @@
 //
 // Concurrency: an Arena is safe for concurrent use (one RWMutex; reads
 // share it, mutations take it). One process attaches an arena at a time.
+//
+// Source files: arena.go (Arena: Put, Get, Delete, Options), open.go (Open
+// and re-attaching), format.go (the superblock, region and index layout),
+// files.go (the folder, its lock and the region files), check.go (Check,
+// every invariant above).
 package shm

@@ -44,4 +44,21 @@
 //   - The SSD tier is optional: when it cannot be opened or stands aside
 //     (disk full, I/O errors) sessions keep running on host RAM and Status,
 //     Explain and the logs say why.
+//
+// Files: server.go (Server: start-up, listening, shutdown), config.go
+// (Config and its validation), conn.go (one client connection), handler.go
+// (the calls and their streamed events), inprocess.go and private.go (a
+// daemon served inside another program), owner.go (the single-owner lease),
+// slot.go (the model slot), turns.go (the engine token, handed out fairly),
+// device.go (where a model is loaded), memory.go (MemAvailable), figures.go
+// (throughputs measured at load), session.go (a session's tape and segment
+// spans), sessions.go (opening, parking and closing sessions), invalidate.go
+// (invalidation hints), hot.go (hot-set mode), retrieval.go (retrieval
+// candidates for explain), orphan.go (adopting parked blocks of gone
+// sessions), cold.go (the SSD tier), snapshot.go (snapshots: format,
+// capture, restore, resume, automatic snapshots), explain.go
+// (ExplainContext), view.go (published views read without the engine),
+// summary.go (a glance for service managers), metrics.go (the Prometheus
+// registry), progress.go (progress of long calls), trace.go (marker
+// functions ctxtrace probes).
 package sidecar

@@ -1,11 +1,3 @@
-// Command ctxbench runs ctxd's benchmarks and evaluations and writes
-// benchmark models. Unlike the operator's ctxctl it links the daemon and
-// the engine: most commands start a private daemon in-process (or a ctxd
-// process beside it) with --model and measure it in one run.
-//
-//	ctxbench [--socket PATH] bench|eval|gen-model ...
-//
-// Run "ctxbench help" for the commands and their flags.
 package main
 
 import (

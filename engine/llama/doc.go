@@ -25,4 +25,13 @@
 //   - Each context owns a ggml threadpool with poll 0 (idle workers sleep)
 //     and sets its thread count before every llama_decode from the cores
 //     free at that moment (policy.ComputeThreads).
+//
+// Files: cgo.go (cgo flags, llama.cpp's log), backend.go (loading GPU
+// backend libraries), choose.go (choosing a device), layout.go (a model
+// file's per-layer sizes, read before loading), model.go (Model: loading,
+// tokenizing), context.go (Context: decoding, threadpool), kv.go (KV range
+// operations on the session sequence), blobfmt.go (the sequence-state blob
+// layout and its token-major rewrite), capture.go (which buffers llama.cpp
+// allocated where), cpuload.go (runnable threads competing for the cores),
+// sampler.go (sampler chains).
 package llama

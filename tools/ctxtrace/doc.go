@@ -26,4 +26,13 @@
 // paths, so reports from eBPF and from the fallback read alike; probe
 // numbers in bpf/ctxtrace.bpf.c match probeTable; the tracer never writes
 // to the traced process.
+//
+// Files: run.go (Options and Run: trace, or fall back to the Go side),
+// tracer_linux_amd64.go and tracer_other.go (loading and attaching the
+// probes), probes.go (marker symbols and the probe table), entry.go (uprobe
+// entry addresses of Go functions), ranges.go (the arena's address ranges),
+// privileges.go (which capabilities are missing), report.go (what a trace
+// measured), hist_alias.go (the histogram types of package hist), gen.go and
+// probes_x86_bpfel.go (the bpf2go-generated object and bindings; C source in
+// bpf/).
 package ctxtrace
