@@ -144,10 +144,10 @@ type Token struct {
 
 // DecodeResult ends a Decode.
 type DecodeResult struct {
-	Reason  StopReason
-	Tokens  int
-	Text    string
-	Elapsed time.Duration
+	Reason  StopReason    // why the decode ended
+	Tokens  int           // tokens generated (and kept in the session)
+	Text    string        // their text
+	Elapsed time.Duration // the daemon's time for the call
 }
 
 // Decode generates up to o.MaxTokens tokens, calling onToken (may be nil)
