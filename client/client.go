@@ -100,7 +100,7 @@ func (c *Client) handshake(name string) error {
 		if h, payload, rerr := c.ch.ReadFrame(); rerr == nil && h.Type == protocol.TypeResponse {
 			resp := new(pb.Response)
 			if protocol.Unmarshal(h, payload, resp) == nil && resp.Error != nil {
-				return protocol.FromWire(resp.Error)
+				return remoteError(resp.Error)
 			}
 		}
 		return fmt.Errorf("ctxd client: handshake: %w", err)
@@ -115,7 +115,7 @@ func (c *Client) handshake(name string) error {
 		return fmt.Errorf("%w: bad handshake reply %v", ErrProtocol, h)
 	}
 	if resp.Error != nil {
-		return protocol.FromWire(resp.Error)
+		return remoteError(resp.Error)
 	}
 	hr := resp.GetHello()
 	if hr == nil {
@@ -159,7 +159,7 @@ func (c *Client) readOne() error {
 			return err
 		}
 		if h.StreamID == 0 { // connection-level error: the server closes
-			return protocol.FromWire(resp.Error)
+			return remoteError(resp.Error)
 		}
 		f.resp = resp
 	default:
@@ -263,7 +263,7 @@ func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.Strea
 				case ctx.Err() != nil && f.resp.Error != nil:
 					return f.resp, ctx.Err()
 				case f.resp.Error != nil:
-					return f.resp, protocol.FromWire(f.resp.Error)
+					return f.resp, remoteError(f.resp.Error)
 				}
 				return f.resp, nil
 			}
@@ -305,23 +305,24 @@ func (c *Client) Ping(ctx context.Context, payload []byte) error {
 }
 
 // Status reports the daemon, its model and capacity.
-func (c *Client) Status(ctx context.Context) (*pb.StatusReply, error) {
+func (c *Client) Status(ctx context.Context) (Status, error) {
 	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_Status{Status: &pb.StatusRequest{}}}, nil)
 	if err != nil {
-		return nil, err
+		return Status{}, err
 	}
-	return r.GetStatus(), nil
+	return status(r.GetStatus()), nil
 }
 
 // LoadModel loads (or switches to) the model at path, a GGUF file on the
 // daemon's machine. contextTokens 0 derives the context from capacity.
 // It fails with ErrModelBusy while sessions are open.
-func (c *Client) LoadModel(ctx context.Context, path string, contextTokens int) (*pb.LoadModelReply, error) {
+func (c *Client) LoadModel(ctx context.Context, path string, contextTokens int) (ModelLoad, error) {
 	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_LoadModel{LoadModel: &pb.LoadModelRequest{Path: path, ContextTokens: int64(contextTokens)}}}, nil)
 	if err != nil {
-		return nil, err
+		return ModelLoad{}, err
 	}
-	return r.GetLoadModel(), nil
+	l := r.GetLoadModel()
+	return ModelLoad{Model: modelInfo(l.GetModel()), Capacity: capacity(l.GetCapacity())}, nil
 }
 
 // UnloadModel frees the model; ErrModelBusy while sessions are open.
@@ -332,10 +333,10 @@ func (c *Client) UnloadModel(ctx context.Context) error {
 
 // Explain reports what session id holds (0: the most recently used
 // session of any client).
-func (c *Client) Explain(ctx context.Context, id uint64) (*pb.ExplainReply, error) {
+func (c *Client) Explain(ctx context.Context, id uint64) (Explanation, error) {
 	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_Explain{Explain: &pb.ExplainRequest{SessionId: id}}}, nil)
 	if err != nil {
-		return nil, err
+		return Explanation{}, err
 	}
-	return r.GetExplain(), nil
+	return explanation(r.GetExplain()), nil
 }

@@ -17,14 +17,14 @@ type MetricsOptions struct {
 // Metrics returns the daemon's counters, gauges and Go-side timings: the
 // Prometheus text exposition, log2 histograms of its timings, the host-RAM
 // arena's mapped address ranges and the daemon's pid and executable.
-func (c *Client) Metrics(ctx context.Context, opts ...MetricsOptions) (*pb.MetricsReply, error) {
+func (c *Client) Metrics(ctx context.Context, opts ...MetricsOptions) (Metrics, error) {
 	var o MetricsOptions
 	if len(opts) > 0 {
 		o = opts[0]
 	}
 	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_Metrics{Metrics: &pb.MetricsRequest{NoText: o.NoText}}}, nil)
 	if err != nil {
-		return nil, err
+		return Metrics{}, err
 	}
-	return r.GetMetrics(), nil
+	return metrics(r.GetMetrics()), nil
 }

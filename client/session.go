@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
@@ -17,14 +16,44 @@ type Session struct {
 	compatKey     string
 }
 
-// OpenSession opens a session; name labels it for operators.
+// OpenSession opens an empty session; name labels it for operators.
 func (c *Client) OpenSession(ctx context.Context, name string) (*Session, error) {
-	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: name}}}, nil)
-	if err != nil {
-		return nil, err
+	s, _, err := c.OpenSessionOptions(ctx, SessionOptions{Name: name})
+	return s, err
+}
+
+// OpenSessionWith opens a session and ensures m's stable prefix in the
+// same call (one round trip instead of two). When a stored snapshot starts
+// with the same tokens the session resumes from it: the result's
+// ResumedSnapshot names it.
+func (c *Client) OpenSessionWith(ctx context.Context, name string, m Manifest) (*Session, PrefixResult, error) {
+	return c.OpenSessionOptions(ctx, SessionOptions{Name: name, Manifest: &m})
+}
+
+// SessionOptions open a session with OpenSessionOptions.
+type SessionOptions struct {
+	Name string // a label for operators
+	// Manifest, when set, is ensured in the same call (see OpenSessionWith).
+	Manifest *Manifest
+	// Cold sessions never resume from a snapshot and are never snapshotted
+	// automatically: for measuring or verifying cold prefill.
+	Cold bool
+}
+
+// OpenSessionOptions opens a session as o says; the PrefixResult is set
+// when o.Manifest is. On error no session is left open.
+func (c *Client) OpenSessionOptions(ctx context.Context, o SessionOptions) (*Session, PrefixResult, error) {
+	req := &pb.OpenSessionRequest{Name: o.Name, Cold: o.Cold}
+	if o.Manifest != nil {
+		req.Manifest = protocol.ManifestToWire(o.Manifest.policyManifest())
 	}
-	o := r.GetOpenSession()
-	return &Session{c: c, id: o.GetSessionId(), contextTokens: int(o.GetContextTokens()), compatKey: o.GetCompatKey()}, nil
+	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: req}}, nil)
+	if err != nil {
+		return nil, PrefixResult{}, err
+	}
+	op := r.GetOpenSession()
+	s := &Session{c: c, id: op.GetSessionId(), contextTokens: int(op.GetContextTokens()), compatKey: op.GetCompatKey()}
+	return s, prefixResult(op.GetPrefix()), nil
 }
 
 // ID is the daemon's session id.
@@ -59,10 +88,10 @@ func prefixResult(r *pb.PrefixReply) PrefixResult {
 // EnsurePrefix makes the session hold m's stable prefix, keeping the
 // longest common token prefix with what it held and prefilling the rest.
 // m becomes the session's manifest for PrefillSuffix.
-func (s *Session) EnsurePrefix(ctx context.Context, m policy.Manifest) (PrefixResult, error) {
+func (s *Session) EnsurePrefix(ctx context.Context, m Manifest) (PrefixResult, error) {
 	want, onEvent := progressEvents(ctx)
 	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{
-		SessionId: s.id, Manifest: protocol.ManifestToWire(m), Progress: want,
+		SessionId: s.id, Manifest: protocol.ManifestToWire(m.policyManifest()), Progress: want,
 	}}}, onEvent)
 	if err != nil {
 		return PrefixResult{}, err
@@ -72,10 +101,10 @@ func (s *Session) EnsurePrefix(ctx context.Context, m policy.Manifest) (PrefixRe
 
 // PrefillSuffix prefills the manifest's non-stable segments followed by
 // extra, leaving the session ready to decode.
-func (s *Session) PrefillSuffix(ctx context.Context, extra ...policy.Segment) (PrefixResult, error) {
+func (s *Session) PrefillSuffix(ctx context.Context, extra ...Segment) (PrefixResult, error) {
 	w := make([]*pb.Segment, len(extra))
 	for i, seg := range extra {
-		w[i] = protocol.SegmentToWire(seg)
+		w[i] = protocol.SegmentToWire(seg.policySegment())
 	}
 	want, onEvent := progressEvents(ctx)
 	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: s.id, Extra: w, Progress: want}}}, onEvent)
@@ -115,20 +144,10 @@ type Token struct {
 
 // DecodeResult ends a Decode.
 type DecodeResult struct {
-	// Reason is "max_tokens", "end_of_generation", "stop_string",
-	// "cancelled" or "context_full".
-	Reason  string
-	Tokens  int
-	Text    string
-	Elapsed time.Duration
-}
-
-var stopReasons = map[pb.StopReason]string{
-	pb.StopReason_STOP_REASON_MAX_TOKENS:        "max_tokens",
-	pb.StopReason_STOP_REASON_END_OF_GENERATION: "end_of_generation",
-	pb.StopReason_STOP_REASON_STOP_STRING:       "stop_string",
-	pb.StopReason_STOP_REASON_CANCELLED:         "cancelled",
-	pb.StopReason_STOP_REASON_CONTEXT_FULL:      "context_full",
+	Reason  StopReason    // why the decode ended
+	Tokens  int           // tokens generated (and kept in the session)
+	Text    string        // their text
+	Elapsed time.Duration // the daemon's time for the call
 }
 
 // Decode generates up to o.MaxTokens tokens, calling onToken (may be nil)
@@ -153,15 +172,15 @@ func (s *Session) Decode(ctx context.Context, o DecodeOptions, onToken func(Toke
 	}
 	r, err := s.c.do(ctx, req, onEvent)
 	d := r.GetDecode()
-	res := DecodeResult{Reason: stopReasons[d.GetReason()], Tokens: int(d.GetTokens()), Text: d.GetText(), Elapsed: time.Duration(d.GetElapsedUs()) * time.Microsecond}
-	if err == nil && res.Reason == "cancelled" && ctx.Err() != nil {
+	res := DecodeResult{Reason: stopReasonFromWire(d.GetReason()), Tokens: int(d.GetTokens()), Text: d.GetText(), Elapsed: time.Duration(d.GetElapsedUs()) * time.Microsecond}
+	if err == nil && res.Reason == StopCancelled && ctx.Err() != nil {
 		err = ctx.Err()
 	}
 	return res, err
 }
 
 // Explain reports what the session holds.
-func (s *Session) Explain(ctx context.Context) (*pb.ExplainReply, error) {
+func (s *Session) Explain(ctx context.Context) (Explanation, error) {
 	return s.c.Explain(ctx, s.id)
 }
 

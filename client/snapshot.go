@@ -4,8 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/ctxd/ctxd/policy"
-	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
@@ -47,55 +45,25 @@ func (c *Client) Snapshot(ctx context.Context, id uint64, name string) (Snapshot
 
 // Restore replaces the session's state with snapshot name's. The report
 // says which blocks were read back and which recomputed, and why.
-func (s *Session) Restore(ctx context.Context, name string) (*pb.RestoreReport, error) {
+func (s *Session) Restore(ctx context.Context, name string) (RestoreReport, error) {
 	want, onEvent := progressEvents(ctx)
 	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_Restore{Restore: &pb.RestoreRequest{SessionId: s.id, Name: name, Progress: want}}}, onEvent)
 	if err != nil {
-		return nil, err
+		return RestoreReport{}, err
 	}
-	return r.GetRestore().GetReport(), nil
-}
-
-// OpenSessionWith opens a session and ensures m's stable prefix in the
-// same call. When a stored snapshot starts with the same tokens the
-// session resumes from it: the result's ResumedSnapshot names it.
-func (c *Client) OpenSessionWith(ctx context.Context, name string, m policy.Manifest) (*Session, PrefixResult, error) {
-	return c.OpenSessionOptions(ctx, SessionOptions{Name: name, Manifest: &m})
-}
-
-// SessionOptions open a session with OpenSessionOptions.
-type SessionOptions struct {
-	Name string // a label for operators
-	// Manifest, when set, is ensured in the same call (see OpenSessionWith).
-	Manifest *policy.Manifest
-	// Cold sessions never resume from a snapshot and are never snapshotted
-	// automatically: for measuring or verifying cold prefill.
-	Cold bool
-}
-
-// OpenSessionOptions opens a session as o says; the PrefixResult is set
-// when o.Manifest is.
-func (c *Client) OpenSessionOptions(ctx context.Context, o SessionOptions) (*Session, PrefixResult, error) {
-	req := &pb.OpenSessionRequest{Name: o.Name, Cold: o.Cold}
-	if o.Manifest != nil {
-		req.Manifest = protocol.ManifestToWire(*o.Manifest)
+	if rep := restoreReport(r.GetRestore().GetReport()); rep != nil {
+		return *rep, nil
 	}
-	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: req}}, nil)
-	if err != nil {
-		return nil, PrefixResult{}, err
-	}
-	op := r.GetOpenSession()
-	s := &Session{c: c, id: op.GetSessionId(), contextTokens: int(op.GetContextTokens()), compatKey: op.GetCompatKey()}
-	return s, prefixResult(op.GetPrefix()), nil
+	return RestoreReport{Snapshot: name}, nil
 }
 
 // Snapshots lists the stored snapshots and the SSD tier's state.
-func (c *Client) Snapshots(ctx context.Context) (*pb.ListSnapshotsReply, error) {
+func (c *Client) Snapshots(ctx context.Context) (SnapshotList, error) {
 	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_ListSnapshots{ListSnapshots: &pb.ListSnapshotsRequest{}}}, nil)
 	if err != nil {
-		return nil, err
+		return SnapshotList{}, err
 	}
-	return r.GetListSnapshots(), nil
+	return snapshotList(r.GetListSnapshots()), nil
 }
 
 // DeleteSnapshot removes snapshot name; its blocks go when no other
@@ -106,10 +74,10 @@ func (c *Client) DeleteSnapshot(ctx context.Context, name string) error {
 }
 
 // VerifyCold re-reads every file of the SSD tier and reports the bad ones.
-func (c *Client) VerifyCold(ctx context.Context) (*pb.VerifyColdReply, error) {
+func (c *Client) VerifyCold(ctx context.Context) (ColdVerification, error) {
 	r, err := c.do(ctx, &pb.Request{Body: &pb.Request_VerifyCold{VerifyCold: &pb.VerifyColdRequest{}}}, nil)
 	if err != nil {
-		return nil, err
+		return ColdVerification{}, err
 	}
-	return r.GetVerifyCold(), nil
+	return coldVerification(r.GetVerifyCold()), nil
 }

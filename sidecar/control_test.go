@@ -7,7 +7,6 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/internal/testmodel/chatmodel"
-	"github.com/ctxd/ctxd/policy"
 )
 
 // TestControlSpansTokenizeAsControlTokens: a control span of a segment is
@@ -20,13 +19,13 @@ func TestControlSpansTokenizeAsControlTokens(t *testing.T) {
 	c := dial(t, ts)
 	ctx := context.Background()
 	text := "<|im_start|>user\nhi"
-	seg := func(control []policy.ControlSpan) policy.Manifest {
-		return policy.Manifest{Template: "chat:chatml", Segments: []policy.Segment{
-			{ID: "s", Kind: policy.KindSystem, Text: text, Stable: true, Control: control},
+	seg := func(control []client.ControlSpan) client.Manifest {
+		return client.Manifest{Template: "chat:chatml", Segments: []client.Segment{
+			{ID: "s", Kind: client.KindSystem, Text: text, Stable: true, Control: control},
 		}}
 	}
 	s := openSession(t, c)
-	special, err := s.EnsurePrefix(ctx, seg([]policy.ControlSpan{{Start: 0, End: 12}}))
+	special, err := s.EnsurePrefix(ctx, seg([]client.ControlSpan{{Start: 0, End: 12}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +39,7 @@ func TestControlSpansTokenizeAsControlTokens(t *testing.T) {
 		t.Fatalf("with a control span %d prompt tokens, as text %d", special.PromptTokens, plain.PromptTokens)
 	}
 	// A span that is no control token of the model stays text.
-	same, err := openSession(t, c).EnsurePrefix(ctx, seg([]policy.ControlSpan{{Start: 0, End: 12}, {Start: 12, End: 16}}))
+	same, err := openSession(t, c).EnsurePrefix(ctx, seg([]client.ControlSpan{{Start: 0, End: 12}, {Start: 12, End: 16}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,11 +52,11 @@ func TestControlSpansTokenizeAsControlTokens(t *testing.T) {
 	if _, err := s2.EnsurePrefix(ctx, other); !errors.Is(err, client.ErrIncompatible) {
 		t.Fatalf("plain manifest on a chat:chatml session: %v, want ErrIncompatible", err)
 	}
-	bad := seg([]policy.ControlSpan{{Start: 0, End: 40}})
+	bad := seg([]client.ControlSpan{{Start: 0, End: 40}})
 	if _, err := s.EnsurePrefix(ctx, bad); !errors.Is(err, client.ErrInvalidManifest) {
 		t.Fatalf("span past the text: %v, want ErrInvalidManifest", err)
 	}
-	if _, err := s.EnsurePrefix(ctx, policy.Manifest{Template: "chat:", Segments: seg(nil).Segments}); !errors.Is(err, client.ErrInvalidManifest) {
+	if _, err := s.EnsurePrefix(ctx, client.Manifest{Template: "chat:", Segments: seg(nil).Segments}); !errors.Is(err, client.ErrInvalidManifest) {
 		t.Fatalf("template chat: with no name: %v, want ErrInvalidManifest", err)
 	}
 }

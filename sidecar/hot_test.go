@@ -89,11 +89,11 @@ func recall(t *testing.T, c *client.Client, hay, needle []int32) (float64, *clie
 	t.Helper()
 	ctx := context.Background()
 	s := openSession(t, c)
-	m := policy.Manifest{Segments: []policy.Segment{{ID: "hay", Kind: policy.KindTerminal, Tokens: hay, Stable: true}}}
+	m := client.Manifest{Segments: []client.Segment{{ID: "hay", Kind: client.KindTerminal, Tokens: hay, Stable: true}}}
 	if _, err := s.EnsurePrefix(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "query", Kind: policy.KindUserTurn, Tokens: needle[:4]}); err != nil {
+	if _, err := s.PrefillSuffix(ctx, client.Segment{ID: "query", Kind: client.KindUserTurn, Tokens: needle[:4]}); err != nil {
 		t.Fatal(err)
 	}
 	hits := 0
@@ -116,7 +116,7 @@ func TestHotSetStreamsBeyondTheWindow(t *testing.T) {
 	hay, _ := haystack(rng, 3000)
 	s := openSession(t, c)
 	ctx := context.Background()
-	m := policy.Manifest{Segments: []policy.Segment{{ID: "hay", Kind: policy.KindTerminal, Tokens: hay, Stable: true}}}
+	m := client.Manifest{Segments: []client.Segment{{ID: "hay", Kind: client.KindTerminal, Tokens: hay, Stable: true}}}
 	r, err := s.EnsurePrefix(ctx, m)
 	if err != nil {
 		t.Fatal(err)
@@ -129,11 +129,11 @@ func TestHotSetStreamsBeyondTheWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.HotTokens > 256 || ex.ParkedTokens < 2500 || ex.Evictions == 0 || ex.ResidentTokens != int64(len(hay)+1) {
+	if ex.HotTokens > 256 || ex.ParkedTokens < 2500 || ex.Evictions == 0 || ex.ResidentTokens != len(hay)+1 {
 		t.Fatalf("explain: hot %d parked %d evictions %d resident %d", ex.HotTokens, ex.ParkedTokens, ex.Evictions, ex.ResidentTokens)
 	}
 	// An extension reuses everything and keeps the invariants.
-	m.Segments = append(m.Segments, policy.Segment{ID: "more", Kind: policy.KindTerminal, Tokens: hay[:300], Stable: true})
+	m.Segments = append(m.Segments, client.Segment{ID: "more", Kind: client.KindTerminal, Tokens: hay[:300], Stable: true})
 	r, err = s.EnsurePrefix(ctx, m)
 	if err != nil || r.ReusedTokens != len(hay)+1 || r.PrefilledTokens != 300 {
 		t.Fatalf("extension: %+v %v", r, err)

@@ -33,12 +33,12 @@ func TestMetricsMoveWithRealOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m0.GetPid() != int32(os.Getpid()) || m0.GetExecutable() == "" {
-		t.Fatalf("pid %d exe %q", m0.GetPid(), m0.GetExecutable())
+	if m0.PID != os.Getpid() || m0.Executable == "" {
+		t.Fatalf("pid %d exe %q", m0.PID, m0.Executable)
 	}
 	for _, name := range []string{"ctxd_hot_evictions_total", "ctxd_decoded_tokens_total", "ctxd_sessions", "ctxd_arena_budget_bytes"} {
-		if _, ok := m0.GetValues()[name]; !ok {
-			t.Errorf("%s not registered; values: %v", name, m0.GetValues())
+		if _, ok := m0.Values[name]; !ok {
+			t.Errorf("%s not registered; values: %v", name, m0.Values)
 		}
 	}
 
@@ -49,8 +49,8 @@ func TestMetricsMoveWithRealOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetEvictions() == 0 || ex.GetAdmissions() == 0 {
-		t.Fatalf("the trial should evict and admit: %d / %d", ex.GetEvictions(), ex.GetAdmissions())
+	if ex.Evictions == 0 || ex.Admissions == 0 {
+		t.Fatalf("the trial should evict and admit: %d / %d", ex.Evictions, ex.Admissions)
 	}
 	// An unknown session: one error, counted by method and code.
 	if _, err := c.Explain(ctx, 987654); !errors.Is(err, protocol.ErrNotFound) {
@@ -61,10 +61,10 @@ func TestMetricsMoveWithRealOperations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := m.GetValues()
+	v := m.Values
 	want := map[string]float64{
-		"ctxd_hot_evictions_total":                                     float64(ex.GetEvictions()),
-		"ctxd_hot_admissions_total":                                    float64(ex.GetAdmissions()),
+		"ctxd_hot_evictions_total":                                     float64(ex.Evictions),
+		"ctxd_hot_admissions_total":                                    float64(ex.Admissions),
 		`ctxd_prefilled_tokens_total{call="ensure_prefix"}`:            float64(len(hay) + 1),
 		`ctxd_prompt_tokens_total{call="ensure_prefix"}`:               float64(len(hay) + 1),
 		`ctxd_prefilled_tokens_total{call="prefill_suffix"}`:           4,
@@ -82,17 +82,17 @@ func TestMetricsMoveWithRealOperations(t *testing.T) {
 		t.Errorf("arena: parked %v, blocks %v, used %v, kv %v", parked, v["ctxd_arena_blocks"], v["ctxd_arena_used_bytes"], v["ctxd_arena_kv_bytes"])
 	}
 	hist := map[string]uint64{}
-	for _, h := range m.GetHistograms() {
-		hist[h.GetName()] = h.GetCount()
+	for _, h := range m.Histograms {
+		hist[h.Name] = h.Count
 		var sum uint64
-		for _, b := range h.GetBuckets() {
+		for _, b := range h.Buckets {
 			sum += b
 		}
-		if sum != h.GetCount() || len(h.GetBuckets()) != 64 {
-			t.Errorf("%s: buckets hold %d of %d observations (%d buckets)", h.GetName(), sum, h.GetCount(), len(h.GetBuckets()))
+		if sum != h.Count || len(h.Buckets) != 64 {
+			t.Errorf("%s: buckets hold %d of %d observations (%d buckets)", h.Name, sum, h.Count, len(h.Buckets))
 		}
 	}
-	adm := uint64(ex.GetAdmissions())
+	adm := uint64(ex.Admissions)
 	for name, n := range map[string]uint64{
 		"fetch_phase.arena_lookup": adm, "fetch_phase.engine_insert": adm, "fetch.arena": adm,
 		"fetch_phase.decompress": 0, "request.ensure_prefix": 1, "request.prefill_suffix": 1, "request.decode": 1,
@@ -102,21 +102,21 @@ func TestMetricsMoveWithRealOperations(t *testing.T) {
 			t.Errorf("timing %s: %d observations (present %v), want %d", name, got, ok, n)
 		}
 	}
-	if len(m.GetArenaRanges()) == 0 {
+	if len(m.ArenaRanges) == 0 {
 		t.Fatal("no arena ranges")
 	}
-	for _, r := range m.GetArenaRanges() {
-		if r.GetStart() == 0 || r.GetEnd() <= r.GetStart() || !strings.HasSuffix(r.GetPath(), ".shm") {
+	for _, r := range m.ArenaRanges {
+		if r.Start == 0 || r.End <= r.Start || !strings.HasSuffix(r.Path, ".shm") {
 			t.Errorf("arena range %v", r)
 		}
 	}
 	for _, line := range []string{"# TYPE ctxd_hot_evictions_total counter", "ctxd_fetch_phase_seconds_bucket{phase=\"arena_lookup\",le=", "go_goroutines", "process_resident_memory_bytes"} {
-		if !strings.Contains(m.GetPrometheusText(), line) {
+		if !strings.Contains(m.PrometheusText, line) {
 			t.Errorf("exposition lacks %q", line)
 		}
 	}
-	if noText, err := c.Metrics(ctx, client.MetricsOptions{NoText: true}); err != nil || noText.GetPrometheusText() != "" || len(noText.GetHistograms()) == 0 {
-		t.Fatalf("no_text: %v, %d bytes of text", err, len(noText.GetPrometheusText()))
+	if noText, err := c.Metrics(ctx, client.MetricsOptions{NoText: true}); err != nil || noText.PrometheusText != "" || len(noText.Histograms) == 0 {
+		t.Fatalf("no_text: %v, %d bytes of text", err, len(noText.PrometheusText))
 	}
 	checkHot(t, ts.srv)
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
-	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
@@ -131,7 +130,7 @@ func TestInvalidUTF8IsInvalidArgument(t *testing.T) {
 	c := dial(t, ts)
 	s := openSession(t, c)
 	ctx := context.Background()
-	bad := policy.Manifest{Segments: []policy.Segment{{ID: "system", Kind: policy.KindSystem, Text: "caf\xe9", Stable: true}}}
+	bad := client.Manifest{Segments: []client.Segment{{ID: "system", Kind: client.KindSystem, Text: "caf\xe9", Stable: true}}}
 	if _, err := s.EnsurePrefix(ctx, bad); !errors.Is(err, client.ErrInvalidArgument) || errors.Is(err, client.ErrClosed) {
 		t.Fatalf("invalid UTF-8: %v, want ErrInvalidArgument", err)
 	}

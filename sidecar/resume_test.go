@@ -54,9 +54,9 @@ func TestResumeStopsAtTheManifestsTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetResidentTokens() != int64(pr.PromptTokens) || ex.GetGeneratedTokens() != 0 {
+	if ex.ResidentTokens != pr.PromptTokens || ex.GeneratedTokens != 0 {
 		t.Fatalf("after resume the session holds %d tokens (%d generated); the manifest has %d",
-			ex.GetResidentTokens(), ex.GetGeneratedTokens(), pr.PromptTokens)
+			ex.ResidentTokens, ex.GeneratedTokens, pr.PromptTokens)
 	}
 	if got := greedyN(t, b, 16); !equal(got, want) {
 		t.Fatalf("resumed session continues %v; a cold session %v", got, want)
@@ -97,9 +97,9 @@ func TestArenaResumeStopsAtTheManifestsTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetResidentTokens() != int64(pr.PromptTokens) || ex.GetGeneratedTokens() != 0 {
+	if ex.ResidentTokens != pr.PromptTokens || ex.GeneratedTokens != 0 {
 		t.Fatalf("after resume the session holds %d tokens (%d generated); the manifest has %d",
-			ex.GetResidentTokens(), ex.GetGeneratedTokens(), pr.PromptTokens)
+			ex.ResidentTokens, ex.GeneratedTokens, pr.PromptTokens)
 	}
 	checkHot(t, ts.srv)
 }

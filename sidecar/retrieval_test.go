@@ -11,7 +11,6 @@ import (
 	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/internal/trace"
-	"github.com/ctxd/ctxd/policy"
 )
 
 // traceTokens is the message text of a trajectory in the needle model's
@@ -84,10 +83,10 @@ func TestTextNeedleComesBackFromTextHaystack(t *testing.T) {
 		off := rng.Intn(len(filler) - 3100)
 		hay := append(append(append([]int32(nil), filler[off:off+40]...), needle...), filler[off+40:off+3040]...)
 		s := openSession(t, c)
-		if _, err := s.EnsurePrefix(ctx, policy.Manifest{Segments: []policy.Segment{{ID: "hay", Kind: policy.KindTerminal, Tokens: hay, Stable: true}}}); err != nil {
+		if _, err := s.EnsurePrefix(ctx, client.Manifest{Segments: []client.Segment{{ID: "hay", Kind: client.KindTerminal, Tokens: hay, Stable: true}}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "turn", Kind: policy.KindUserTurn, Tokens: turn}); err != nil {
+		if _, err := s.PrefillSuffix(ctx, client.Segment{ID: "turn", Kind: client.KindUserTurn, Tokens: turn}); err != nil {
 			t.Fatal(err)
 		}
 		checkHot(t, ts.srv)
@@ -95,22 +94,22 @@ func TestTextNeedleComesBackFromTextHaystack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		lr := ex.GetLastRetrieval()
-		if lr == nil || lr.GetScorers() != "lexical" || lr.GetQueryTokens() != int64(len(turn)) || lr.GetBudgetTokens() < 64 || len(lr.GetScorer()) != 1 {
+		lr := ex.LastRetrieval
+		if lr == nil || lr.Scorers != "lexical" || lr.QueryTokens != len(turn) || lr.BudgetTokens < 64 || len(lr.Scorer) != 1 {
 			t.Fatalf("trial %d: last retrieval %v", k, lr)
 		}
-		top := lr.GetScorer()[0].GetTop()
+		top := lr.Scorer[0].Top
 		// The needle sits at stream positions 41..64 (after BOS), inside
 		// the block [4, 68).
-		if len(top) == 0 || top[0].GetFirstToken() != 4 || !top[0].GetAdmitted() || !(top[0].GetScore() > 0) || top[0].GetRank() != 1 {
+		if len(top) == 0 || top[0].FirstToken != 4 || !top[0].Admitted || !(top[0].Score > 0) || top[0].Rank != 1 {
 			t.Fatalf("trial %d: lexical candidates %v", k, top)
 		}
 		hit := false
-		for _, b := range ex.GetRetrieved() {
-			hit = hit || b.GetFirstToken() == 4
+		for _, b := range ex.Retrieved {
+			hit = hit || b.FirstToken == 4
 		}
 		if !hit {
-			t.Fatalf("trial %d: the needle's block is not hot (retrieved %v)", k, ex.GetRetrieved())
+			t.Fatalf("trial %d: the needle's block is not hot (retrieved %v)", k, ex.Retrieved)
 		}
 		right := 0
 		if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 20, Forced: needle[4:]}, func(tok client.Token) error {

@@ -103,14 +103,14 @@ func openSession(t *testing.T, c *client.Client) *client.Session {
 
 // manifest builds a stories-flavoured agent prompt: stable system and task,
 // then turns of which the last is the volatile suffix.
-func manifest(turns ...string) policy.Manifest {
-	m := policy.Manifest{Segments: []policy.Segment{
-		{ID: "system", Kind: policy.KindSystem, Text: "Once upon a time, there was a little girl named Lily.", Stable: true},
-		{ID: "task", Kind: policy.KindPinned, Text: " She loved to play outside in the park with her dog Max.", Stable: true},
+func manifest(turns ...string) client.Manifest {
+	m := client.Manifest{Segments: []client.Segment{
+		{ID: "system", Kind: client.KindSystem, Text: "Once upon a time, there was a little girl named Lily.", Stable: true},
+		{ID: "task", Kind: client.KindPinned, Text: " She loved to play outside in the park with her dog Max.", Stable: true},
 	}}
 	for i, t := range turns {
-		m.Segments = append(m.Segments, policy.Segment{
-			ID: "turn" + string(rune('a'+i)), Kind: policy.KindUserTurn, Text: t, Stable: i < len(turns)-1,
+		m.Segments = append(m.Segments, client.Segment{
+			ID: "turn" + string(rune('a'+i)), Kind: client.KindUserTurn, Text: t, Stable: i < len(turns)-1,
 		})
 	}
 	return m
@@ -122,7 +122,7 @@ type turnResult struct {
 	logits         [][]float32
 }
 
-func runTurn(t *testing.T, s *client.Session, m policy.Manifest, n int) turnResult {
+func runTurn(t *testing.T, s *client.Session, m client.Manifest, n int) turnResult {
 	t.Helper()
 	ctx := context.Background()
 	var r turnResult
@@ -347,12 +347,12 @@ func TestInvalidManifestLeavesSessionUsable(t *testing.T) {
 	c := dial(t, ts)
 	s := openSession(t, c)
 	first := runTurn(t, s, manifest(" One day."), 4)
-	bad := []policy.Manifest{
+	bad := []client.Manifest{
 		{},
-		{Segments: []policy.Segment{{ID: "a", Kind: policy.KindUserTurn, Text: "x"}, {ID: "b", Kind: policy.KindSystem, Text: "y", Stable: true}}},
-		{Segments: []policy.Segment{{ID: "a", Kind: 99, Text: "x"}}},
-		{Segments: []policy.Segment{{ID: "a", Kind: policy.KindDiff, Text: "x", InvalidateOnEdit: true}}},
-		{Template: "no-such-template", Segments: []policy.Segment{{ID: "a", Kind: policy.KindSystem, Text: "x"}}},
+		{Segments: []client.Segment{{ID: "a", Kind: client.KindUserTurn, Text: "x"}, {ID: "b", Kind: client.KindSystem, Text: "y", Stable: true}}},
+		{Segments: []client.Segment{{ID: "a", Kind: 99, Text: "x"}}},
+		{Segments: []client.Segment{{ID: "a", Kind: client.KindDiff, Text: "x", InvalidateOnEdit: true}}},
+		{Template: "no-such-template", Segments: []client.Segment{{ID: "a", Kind: client.KindSystem, Text: "x"}}},
 	}
 	for i, m := range bad {
 		if _, err := s.EnsurePrefix(context.Background(), m); !errors.Is(err, client.ErrInvalidManifest) {
@@ -385,7 +385,7 @@ func TestCancelDecodeWithinAToken(t *testing.T) {
 		}
 		return nil
 	})
-	if !errors.Is(err, context.Canceled) || res.Reason != "cancelled" {
+	if !errors.Is(err, context.Canceled) || res.Reason != client.StopCancelled {
 		t.Fatalf("decode after cancel: %+v %v", res, err)
 	}
 	if got != 5 {
@@ -412,7 +412,7 @@ func TestCancelInProcessStopsWithinOneToken(t *testing.T) {
 	ctx := context.Background()
 	open := srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{}}}, nil)
 	id := open.GetOpenSession().GetSessionId()
-	m := protocol.ManifestToWire(manifest(" One day."))
+	m := protocol.ManifestToWire(policyManifest(manifest(" One day.")))
 	srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{SessionId: id, Manifest: m}}}, nil)
 	srv.Handle(ctx, 0, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: id}}}, nil)
 	dctx, cancel := context.WithCancel(ctx)
@@ -436,18 +436,18 @@ func TestStopStringAndExplain(t *testing.T) {
 	s.EnsurePrefix(ctx, manifest(" One day, Lily"))
 	s.PrefillSuffix(ctx)
 	res, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 200, Stop: []string{"."}}, nil)
-	if err != nil || res.Reason != "stop_string" || strings.Contains(res.Text, ".") || res.Text == "" {
+	if err != nil || res.Reason != client.StopString || strings.Contains(res.Text, ".") || res.Text == "" {
 		t.Fatalf("stop string: %+v %v", res, err)
 	}
 	ex, err := s.Explain(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sum int64
+	var sum int
 	for _, seg := range ex.Segments {
 		sum += seg.Tokens
 	}
-	if sum != ex.ResidentTokens || ex.TokensByClass["task_pinned"] == 0 || ex.TokensByClass["volatile"] == 0 || ex.Capacity.GetContextTokens() != 2048 {
+	if sum != ex.ResidentTokens || ex.TokensByClass["task_pinned"] == 0 || ex.TokensByClass["volatile"] == 0 || ex.Capacity.ContextTokens != 2048 {
 		t.Fatalf("explain: %v", ex)
 	}
 }
@@ -631,4 +631,17 @@ func TestTokenSegmentsAndTeacherForcing(t *testing.T) {
 	if _, err := b.Decode(ctx, client.DecodeOptions{MaxTokens: 3, Forced: []int32{1}}, nil); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Fatalf("forced count mismatch: %v", err)
 	}
+}
+
+// policyManifest converts a client manifest for the in-process Handle calls
+// (the client does this inside; the daemon's side speaks policy).
+func policyManifest(m client.Manifest) policy.Manifest {
+	p := policy.Manifest{Template: m.Template}
+	for _, s := range m.Segments {
+		p.Segments = append(p.Segments, policy.Segment{
+			ID: s.ID, Kind: policy.SegmentKind(s.Kind), Class: policy.CacheClass(s.Class), Text: s.Text, Tokens: s.Tokens,
+			Stable: s.Stable, Paths: s.Paths, InvalidateOnEdit: s.InvalidateOnEdit, InvalidateOnTurn: s.InvalidateOnTurn,
+		})
+	}
+	return p
 }

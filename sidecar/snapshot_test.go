@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
-	"github.com/ctxd/ctxd/policy"
 )
 
 func randomTokens(seed uint64, n int) []int32 {
@@ -25,10 +24,10 @@ func randomTokens(seed uint64, n int) []int32 {
 	return out
 }
 
-func tokenManifest(ids ...[]int32) policy.Manifest {
-	var m policy.Manifest
+func tokenManifest(ids ...[]int32) client.Manifest {
+	var m client.Manifest
 	for i, t := range ids {
-		m.Segments = append(m.Segments, policy.Segment{ID: "seg" + string(rune('a'+i)), Kind: policy.KindRepoMap, Stable: true, Tokens: t})
+		m.Segments = append(m.Segments, client.Segment{ID: "seg" + string(rune('a'+i)), Kind: client.KindRepoMap, Stable: true, Tokens: t})
 	}
 	return m
 }
@@ -94,7 +93,7 @@ func TestSnapshotRestoreAfterRestartIsBitExactDense(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.GetTokens() != 1251 || rep.GetRestoredBlocks()+rep.GetRecomputedBlocks() < 2 || rep.GetChoice() == "" {
+	if rep.Tokens != 1251 || rep.RestoredBlocks+rep.RecomputedBlocks < 2 || rep.Choice == "" {
 		t.Fatalf("restore report %v", rep)
 	}
 	if after := greedyN(t, s2, 12); !slices.Equal(before, after) {
@@ -104,8 +103,8 @@ func TestSnapshotRestoreAfterRestartIsBitExactDense(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetRestore().GetSnapshot() != "dense-a" || !ex.GetCold().GetEnabled() || ex.GetResidentTokens() != 1251+12 {
-		t.Fatalf("explain after restore: restore %v cold %v resident %d", ex.GetRestore(), ex.GetCold(), ex.GetResidentTokens())
+	if ex.Restore.Snapshot != "dense-a" || !ex.Cold.Enabled || ex.ResidentTokens != 1251+12 {
+		t.Fatalf("explain after restore: restore %v cold %v resident %d", ex.Restore, ex.Cold, ex.ResidentTokens)
 	}
 	// A manifest starting like the snapshot resumes a new session.
 	s3, pr, err := c2.OpenSessionWith(ctx, "resumer", tokenManifest(randomTokens(1, 1100), randomTokens(2, 150), randomTokens(3, 40)))
@@ -127,7 +126,7 @@ func TestHotSetSnapshotRestoreIsBitExact(t *testing.T) {
 	if _, err := s.EnsurePrefix(ctx, tokenManifest(hay)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "q", Kind: policy.KindUserTurn, Tokens: hay[100:108]}); err != nil {
+	if _, err := s.PrefillSuffix(ctx, client.Segment{ID: "q", Kind: client.KindUserTurn, Tokens: hay[100:108]}); err != nil {
 		t.Fatal(err)
 	}
 	checkHot(t, ts.srv)
@@ -157,8 +156,8 @@ func TestHotSetSnapshotRestoreIsBitExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetParkedBlocks() == 0 || ex.GetHotTokens() == 0 || rep.GetRestoredBlocks() == 0 {
-		t.Fatalf("restored hot session: parked blocks %d, hot tokens %d, report %v", ex.GetParkedBlocks(), ex.GetHotTokens(), rep)
+	if ex.ParkedBlocks == 0 || ex.HotTokens == 0 || rep.RestoredBlocks == 0 {
+		t.Fatalf("restored hot session: parked blocks %d, hot tokens %d, report %v", ex.ParkedBlocks, ex.HotTokens, rep)
 	}
 	// A dense daemon refuses the hot-set snapshot with a typed error.
 	c2.Close()
@@ -197,8 +196,8 @@ func TestAutomaticSnapshotOnCloseResumesNextSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	var names []string
-	for _, sn := range list.GetSnapshots() {
-		names = append(names, sn.GetName())
+	for _, sn := range list.Snapshots {
+		names = append(names, sn.Name)
 	}
 	if !slices.Contains(names, "auto-agent_task_7") {
 		t.Fatalf("snapshots %v: want auto-agent_task_7", names)
@@ -253,11 +252,11 @@ func TestCorruptSnapshotIsReportedNeverLoaded(t *testing.T) {
 	if rerr == nil {
 		// A restore may only succeed by recomputing what it could not read.
 		ex, _ := s2.Explain(ctx)
-		if ex.GetRestore().GetRecomputedTokens() == 0 {
-			t.Fatalf("corrupt blocks restored without recompute: %v", ex.GetRestore())
+		if ex.Restore.RecomputedTokens == 0 {
+			t.Fatalf("corrupt blocks restored without recompute: %v", ex.Restore)
 		}
 	}
-	if len(v.GetProblems()) == 0 && rerr == nil {
+	if len(v.Problems) == 0 && rerr == nil {
 		t.Fatal("corruption neither reported by verify nor by restore")
 	}
 	// The session works either way.
@@ -285,8 +284,8 @@ func TestSSDTierOffSessionsKeepRunning(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetCold().GetEnabled() || ex.GetCold().GetUnavailable() == "" {
-		t.Fatalf("explain cold %v: want disabled with a reason", ex.GetCold())
+	if ex.Cold.Enabled || ex.Cold.Unavailable == "" {
+		t.Fatalf("explain cold %v: want disabled with a reason", ex.Cold)
 	}
 	greedyN(t, s, 4)
 }
@@ -296,12 +295,12 @@ func TestReportEditAndTurnExpiry(t *testing.T) {
 	ts := startServer(t, Config{ContextTokens: 2048, NoCold: true})
 	c := dial(t, ts)
 	s := openSession(t, c)
-	m := policy.Manifest{Segments: []policy.Segment{
-		{ID: "sys", Kind: policy.KindSystem, Stable: true, Tokens: randomTokens(1, 100)},
-		{ID: "file", Kind: policy.KindRepoMap, Stable: true, InvalidateOnEdit: true, Paths: []string{"pkg/a.go"}, Tokens: randomTokens(2, 100)},
-		{ID: "rules", Kind: policy.KindRepoRules, Stable: true, Tokens: randomTokens(3, 50)},
-		{ID: "term", Kind: policy.KindTerminal, InvalidateOnTurn: true, Tokens: randomTokens(4, 30)},
-		{ID: "ask", Kind: policy.KindUserTurn, Tokens: randomTokens(5, 10)},
+	m := client.Manifest{Segments: []client.Segment{
+		{ID: "sys", Kind: client.KindSystem, Stable: true, Tokens: randomTokens(1, 100)},
+		{ID: "file", Kind: client.KindRepoMap, Stable: true, InvalidateOnEdit: true, Paths: []string{"pkg/a.go"}, Tokens: randomTokens(2, 100)},
+		{ID: "rules", Kind: client.KindRepoRules, Stable: true, Tokens: randomTokens(3, 50)},
+		{ID: "term", Kind: client.KindTerminal, InvalidateOnTurn: true, Tokens: randomTokens(4, 30)},
+		{ID: "ask", Kind: client.KindUserTurn, Tokens: randomTokens(5, 10)},
 	}}
 	if _, err := s.EnsurePrefix(ctx, m); err != nil {
 		t.Fatal(err)
@@ -336,8 +335,8 @@ func TestReportEditAndTurnExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetResidentTokens() != 101 {
-		t.Fatalf("after the edit %d tokens resident, want 101 (BOS + sys)", ex.GetResidentTokens())
+	if ex.ResidentTokens != 101 {
+		t.Fatalf("after the edit %d tokens resident, want 101 (BOS + sys)", ex.ResidentTokens)
 	}
 	pr, err = s.EnsurePrefix(ctx, m)
 	if err != nil {
@@ -391,8 +390,8 @@ func TestArenaResumeAfterCloseAndRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetParkedBlocks() < 40 || ex.GetHotTokens() == 0 {
-		t.Fatalf("after the arena resume: %d parked blocks, %d hot tokens", ex.GetParkedBlocks(), ex.GetHotTokens())
+	if ex.ParkedBlocks < 40 || ex.HotTokens == 0 {
+		t.Fatalf("after the arena resume: %d parked blocks, %d hot tokens", ex.ParkedBlocks, ex.HotTokens)
 	}
 	greedyN(t, s3, 4)
 }
@@ -457,8 +456,8 @@ func TestFullDiskSSDTierStandsAside(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GetCold().GetFailed() == 0 && ex.GetCold().GetUnavailable() == "" {
-		t.Fatalf("the SSD tier does not report the failure: %v", ex.GetCold())
+	if ex.Cold.Failed == 0 && ex.Cold.Unavailable == "" {
+		t.Fatalf("the SSD tier does not report the failure: %v", ex.Cold)
 	}
 	// The session keeps running on host RAM.
 	if _, err := s.EnsurePrefix(ctx, tokenManifest(randomTokens(31, 3500), randomTokens(32, 50))); err != nil {
@@ -467,7 +466,7 @@ func TestFullDiskSSDTierStandsAside(t *testing.T) {
 	if toks := greedyN(t, s, 4); len(toks) != 4 {
 		t.Fatalf("decode after the disk filled: %v", toks)
 	}
-	t.Logf("snapshot error: %v; cold: %v", snapErr, ex.GetCold())
+	t.Logf("snapshot error: %v; cold: %v", snapErr, ex.Cold)
 }
 
 func TestIdleSessionIsSnapshotted(t *testing.T) {
@@ -487,13 +486,13 @@ func TestIdleSessionIsSnapshotted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sn := range list.GetSnapshots() {
-			if sn.GetName() == "auto-idler" && sn.GetTokens() == 201 {
+		for _, sn := range list.Snapshots {
+			if sn.Name == "auto-idler" && sn.Tokens == 201 {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no automatic snapshot of the idle session: %v", list.GetSnapshots())
+			t.Fatalf("no automatic snapshot of the idle session: %v", list.Snapshots)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -62,8 +62,8 @@ func TestSymlinkedColdDirRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.GetCold().GetEnabled() || !strings.Contains(st.GetCold().GetUnavailable(), "symbolic link") {
-		t.Fatalf("SSD tier through a symlink: %v", st.GetCold())
+	if st.Cold.Enabled || !strings.Contains(st.Cold.Unavailable, "symbolic link") {
+		t.Fatalf("SSD tier through a symlink: %v", st.Cold)
 	}
 	untouched(t, target)
 }

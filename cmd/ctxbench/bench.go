@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/internal/replay"
 	"github.com/ctxd/ctxd/internal/trace"
 	"github.com/ctxd/ctxd/policy"
@@ -252,7 +253,7 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 	wm := &pb.Manifest{Segments: []*pb.Segment{{Id: "p", Kind: pb.SegmentKind_SEGMENT_KIND_USER_TURN, Text: m.Segments[0].Text}}}
 	var sockT, inT, diff, serverSide, streamDiff []float64
 	quietSocket := func() (float64, error) {
-		if _, err := s.EnsurePrefix(ctx, m); err != nil {
+		if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 			return 0, err
 		}
 		if _, err := s.PrefillSuffix(ctx); err != nil {
@@ -266,7 +267,7 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 		return float64(time.Since(t0).Microseconds()) / float64(max(res.Tokens, 1)), nil
 	}
 	viaSocket := func() (float64, error) {
-		if _, err := s.EnsurePrefix(ctx, m); err != nil {
+		if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 			return 0, err
 		}
 		if _, err := s.PrefillSuffix(ctx); err != nil {

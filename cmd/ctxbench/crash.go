@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 )
 
@@ -106,7 +107,7 @@ func runCrash(ctx context.Context, bin, model string, kills int, seed uint64, on
 		}
 		if round == kills {
 			if v, err := c.VerifyCold(ctx); err == nil {
-				res.ProblemsReported = len(v.GetProblems())
+				res.ProblemsReported = len(v.Problems)
 			}
 			c.Close()
 			d.stop()
@@ -131,7 +132,7 @@ func runCrash(ctx context.Context, bin, model string, kills int, seed uint64, on
 					ids[j] = 3 + int32(grng.IntN(500))
 				}
 				m := policy.Manifest{Segments: []policy.Segment{{ID: "p", Kind: policy.KindUserTurn, Stable: true, Tokens: ids}}}
-				if _, err := s.EnsurePrefix(ctx, m); err != nil {
+				if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 					return
 				}
 				name := fmt.Sprintf("crash-%03d-%03d", round, i)

@@ -11,8 +11,8 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/engine/llama"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
@@ -308,7 +308,7 @@ func dropAsk(ctx context.Context, s *client.Session, next ask) error {
 	if next.query[0] == reset {
 		reset++
 	}
-	_, err := s.PrefillSuffix(ctx, policy.Segment{ID: "reset", Kind: policy.KindUserTurn, Tokens: []int32{reset}})
+	_, err := s.PrefillSuffix(ctx, client.Segment{ID: "reset", Kind: client.KindUserTurn, Tokens: []int32{reset}})
 	return err
 }
 
@@ -373,19 +373,19 @@ func recallScorers(ctx context.Context, e *env, cfg sidecar.Config, srcs *needle
 				f := figs[q.text][i]
 				f.Acc += a
 				lo, hi := t.span(q)
-				in := func(first, n int64) bool { return first < int64(hi) && int64(lo) < first+n }
-				for _, b := range ex.GetRetrieved() {
-					if in(b.GetFirstToken(), b.GetTokens()) {
+				in := func(first, n int) bool { return first < hi && lo < first+n }
+				for _, b := range ex.Retrieved {
+					if in(b.FirstToken, b.Tokens) {
 						f.HitRate++
 						break
 					}
 				}
-				if lr := ex.GetLastRetrieval(); lr != nil {
-					for _, sr := range lr.GetScorer() {
-						f.ScoringMS += float64(sr.GetScoringUs()) / 1000
-						f.SummaryBytes = max(f.SummaryBytes, sr.GetSummaryBytes())
-						if sr.GetName() == mode.String() || mode == policy.ScorerBoth && sr.GetName() == "fused" {
-							if top := sr.GetTop(); len(top) > 0 && in(top[0].GetFirstToken(), top[0].GetTokens()) {
+				if lr := ex.LastRetrieval; lr != nil {
+					for _, sr := range lr.Scorer {
+						f.ScoringMS += float64(sr.Scoring.Microseconds()) / 1000
+						f.SummaryBytes = max(f.SummaryBytes, sr.SummaryBytes)
+						if sr.Name == mode.String() || mode == policy.ScorerBoth && sr.Name == "fused" {
+							if top := sr.Top; len(top) > 0 && in(top[0].FirstToken, top[0].Tokens) {
 								f.TopRank++
 							}
 						}
@@ -415,7 +415,7 @@ func buildHaystack(ctx context.Context, c *client.Client, t *trial) (*client.Ses
 		return nil, err
 	}
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "haystack", Kind: policy.KindTerminal, Tokens: t.hay, Stable: true}}}
-	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+	if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 		s.Close(context.WithoutCancel(ctx))
 		return nil, err
 	}
@@ -426,13 +426,13 @@ func buildHaystack(ctx context.Context, c *client.Client, t *trial) (*client.Ses
 // there) and scores the asked needle's other tokens, teacher-forced
 // (top-1); it returns the accuracy and Explain after the turn's
 // retrieval.
-func askNeedle(ctx context.Context, s *client.Session, t *trial, q ask) (float64, *pb.ExplainReply, error) {
-	if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "query", Kind: policy.KindUserTurn, Tokens: q.query}); err != nil {
-		return 0, nil, err
+func askNeedle(ctx context.Context, s *client.Session, t *trial, q ask) (float64, client.Explanation, error) {
+	if _, err := s.PrefillSuffix(ctx, client.Segment{ID: "query", Kind: client.KindUserTurn, Tokens: q.query}); err != nil {
+		return 0, client.Explanation{}, err
 	}
 	ex, err := s.Explain(ctx)
 	if err != nil {
-		return 0, nil, err
+		return 0, client.Explanation{}, err
 	}
 	ndl := t.needles[q.needle]
 	right := 0
@@ -443,7 +443,7 @@ func askNeedle(ctx context.Context, s *client.Session, t *trial, q ask) (float64
 		return nil
 	})
 	if err != nil {
-		return 0, nil, err
+		return 0, client.Explanation{}, err
 	}
 	return float64(right) / float64(len(ndl)-askTokens), ex, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -67,10 +68,10 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 	turn := func(sc *shortClient) (time.Duration, error) {
 		sc.n++
 		t0 := time.Now()
-		if _, err := sc.s.EnsurePrefix(ctx, sc.m); err != nil {
+		if _, err := sc.s.EnsurePrefix(ctx, clientconv.Manifest(sc.m)); err != nil {
 			return 0, err
 		}
-		if _, err := sc.s.PrefillSuffix(ctx, policy.Segment{ID: fmt.Sprintf("turn%d", sc.n), Kind: policy.KindUserTurn, Text: fmt.Sprintf(" On day %d, the dog ran.", sc.n)}); err != nil {
+		if _, err := sc.s.PrefillSuffix(ctx, client.Segment{ID: fmt.Sprintf("turn%d", sc.n), Kind: client.KindUserTurn, Text: fmt.Sprintf(" On day %d, the dog ran.", sc.n)}); err != nil {
 			return 0, err
 		}
 		if _, err := sc.s.Decode(ctx, client.DecodeOptions{MaxTokens: *shortTokens}, nil); err != nil {
@@ -147,7 +148,7 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 	}
 	longDecode := func() (time.Duration, error) {
 		lm := policy.Manifest{Segments: []policy.Segment{{ID: "p", Kind: policy.KindUserTurn, Stable: true, Text: "Once upon a time"}}}
-		if _, err := ls.EnsurePrefix(ctx, lm); err != nil {
+		if _, err := ls.EnsurePrefix(ctx, clientconv.Manifest(lm)); err != nil {
 			return 0, err
 		}
 		t0 := time.Now()

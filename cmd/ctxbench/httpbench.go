@@ -22,6 +22,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/chat"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
@@ -498,7 +499,7 @@ func benchHTTPOverhead(ctx context.Context, model string, reps int) (*httpOverhe
 	stops := tmpl.StopStrings()
 	socketTurn := func(n int) (time.Duration, int, int, error) {
 		t0 := time.Now()
-		if _, err := s.EnsurePrefix(ctx, m); err != nil {
+		if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 			return 0, 0, 0, err
 		}
 		p, err := s.PrefillSuffix(ctx)

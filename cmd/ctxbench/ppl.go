@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -171,7 +172,7 @@ func streamNLL(ctx context.Context, cfg sidecar.Config, stream []int32, bar *pro
 	// The manifest holds BOS only (added by ctxd); every stream token is
 	// then forced, so each step's logits score the next token.
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "start", Kind: policy.KindTerminal, Tokens: stream[:1], Stable: true}}}
-	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+	if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 		return nil, err
 	}
 	if _, err := s.PrefillSuffix(ctx); err != nil {
@@ -215,7 +216,7 @@ func windowedNLL(ctx context.Context, model string, stream []int32, w int, bar *
 			return nil, err
 		}
 		m := policy.Manifest{Segments: []policy.Segment{{ID: "start", Kind: policy.KindTerminal, Tokens: chunk[:1], Stable: true}}}
-		if _, err := s.EnsurePrefix(ctx, m); err == nil {
+		if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err == nil {
 			_, err = s.PrefillSuffix(ctx)
 		}
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -87,7 +88,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	window := int(st.GetModel().GetTrainedContext())
+	window := int(st.Model.TrainedContext)
 	res := resumeResult{Model: *model, KVType: kvType.String(), Tokens: *tokens, Mode: "dense", FlashAttention: cfg.FlashAttention}
 	if *hot < 0 {
 		*hot = 0
@@ -95,7 +96,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 			*hot = 512
 		}
 	}
-	if *hot > 0 || *tokens+*gen+8 > int(st.GetCapacity().GetContextTokens()) {
+	if *hot > 0 || *tokens+*gen+8 > int(st.Capacity.ContextTokens) {
 		// Restart the private daemon with the hot set (or a context that holds the session).
 		c.Close()
 		p.Stop()
@@ -115,7 +116,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	ids, err := corpus(*model, *traces, *tokens-1)
 	if err != nil {
 		// No trajectories: random token ids (they compress a little worse).
-		vocab := int32(st.GetModel().GetVocabSize())
+		vocab := int32(st.Model.VocabSize)
 		rng := rand.New(rand.NewPCG(*seed, 7))
 		ids = make([]int32, *tokens-1)
 		for i := range ids {
@@ -132,7 +133,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	}
 	start := time.Now()
 	pctx, done := e.callProgress(ctx, "prefill")
-	_, err = s.EnsurePrefix(pctx, m)
+	_, err = s.EnsurePrefix(pctx, clientconv.Manifest(m))
 	done()
 	if err != nil {
 		return err
@@ -145,11 +146,11 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	small := policy.Manifest{Segments: []policy.Segment{{ID: "x", Kind: policy.KindUserTurn, Stable: true, Tokens: ids[:16]}}}
-	if _, err := other.EnsurePrefix(ctx, small); err != nil {
+	if _, err := other.EnsurePrefix(ctx, clientconv.Manifest(small)); err != nil {
 		return err
 	}
 	start = time.Now()
-	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+	if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 		return err
 	}
 	res.ResumeArenaS = time.Since(start).Seconds()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/engine/llama"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/internal/trace"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
@@ -86,7 +87,7 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 		t0 := time.Now()
 		for end := min(step, n); ; end = min(end+step, n) {
 			part := policy.Manifest{Segments: []policy.Segment{{ID: "context", Kind: policy.KindTerminal, Tokens: text[:end], Stable: true}}}
-			if _, err := s.EnsurePrefix(ctx, part); err != nil {
+			if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(part)); err != nil {
 				bar.Clear()
 				return 0, 0, nil, err
 			}
@@ -102,10 +103,10 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 		for k := 0; k < *turns; k++ {
 			q := text[n+k*200 : n+k*200+100]
 			t0 := time.Now()
-			if _, err := s.EnsurePrefix(ctx, m); err != nil {
+			if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 				return 0, 0, nil, err
 			}
-			if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: fmt.Sprintf("turn%d", k), Kind: policy.KindUserTurn, Tokens: q}); err != nil {
+			if _, err := s.PrefillSuffix(ctx, client.Segment{ID: fmt.Sprintf("turn%d", k), Kind: client.KindUserTurn, Tokens: q}); err != nil {
 				return 0, 0, nil, err
 			}
 			if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 16, NoStream: true}, nil); err != nil {
@@ -124,9 +125,11 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 	res.ColdBuildS, res.TurnMS = build.Seconds(), turn
 	res.BuildTokS = float64(*tokens) / build.Seconds()
 	if ex, err := s.Explain(ctx); err == nil {
-		res.HotTokens, res.Parked, res.Evictions, res.Admissions = ex.GetHotTokens(), ex.GetParkedTokens(), ex.GetEvictions(), ex.GetAdmissions()
-		for _, sr := range ex.GetLastRetrieval().GetScorer() {
-			res.ScoringMS += float64(sr.GetScoringUs()) / 1000
+		res.HotTokens, res.Parked, res.Evictions, res.Admissions = int64(ex.HotTokens), int64(ex.ParkedTokens), int64(ex.Evictions), int64(ex.Admissions)
+		if lr := ex.LastRetrieval; lr != nil {
+			for _, sr := range lr.Scorer {
+				res.ScoringMS += float64(sr.Scoring.Microseconds()) / 1000
+			}
 		}
 	}
 	s.Close(ctx)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -131,7 +132,7 @@ func speedOn(ctx context.Context, cfg sidecar.Config, toks []int32, gen int) (sp
 	defer s.Close(ctx)
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "prompt", Kind: policy.KindTerminal, Tokens: toks, Stable: true}}}
 	t0 := time.Now()
-	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+	if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 		return speedResult{}, err
 	}
 	prefill := time.Since(t0)
@@ -144,11 +145,14 @@ func speedOn(ctx context.Context, cfg sidecar.Config, toks []int32, gen int) (sp
 	if err != nil {
 		return speedResult{}, err
 	}
-	d := st.GetDevice()
+	var d client.DeviceInfo
+	if st.Device != nil {
+		d = *st.Device
+	}
 	return speedResult{
-		Device: d.GetName(), Backend: d.GetBackend(), GPULayers: d.GetGpuLayers(), Layers: d.GetLayers(), Threads: d.GetThreads(),
+		Device: d.Name, Backend: d.Backend, GPULayers: int32(d.GPULayers), Layers: int32(d.Layers), Threads: int32(d.Threads),
 		PromptTokens: len(toks), PrefillTokS: float64(len(toks)) / prefill.Seconds(),
 		DecodeTokens: gen, DecodeTokS: float64(gen) / decode.Seconds(),
-		DeviceWeights: d.GetWeightsBytes(), DeviceKV: d.GetKvBytes(),
+		DeviceWeights: d.WeightsBytes, DeviceKV: d.KVBytes,
 	}, nil
 }

@@ -8,14 +8,14 @@ import (
 	"text/tabwriter"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 func cmdStatus(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	st, err := query(ctx, e, fs, args, func(c *client.Client) (*pb.StatusReply, error) { return c.Status(ctx) })
+	st, err := query(ctx, e, fs, args, func(c *client.Client) (client.Status, error) { return c.Status(ctx) })
 	if err != nil {
 		return err
 	}
@@ -23,49 +23,49 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 		return e.printJSON(st)
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "server\t%s (up %.1fs)\n", st.GetServerVersion(), float64(st.GetUptimeMs())/1000)
-	fmt.Fprintf(w, "sessions\t%d\n", st.GetSessions())
-	if m := st.GetModel(); m != nil {
-		fmt.Fprintf(w, "model\t%s\n", m.GetPath())
-		fmt.Fprintf(w, "  digest\t%s\n", m.GetDigest())
+	fmt.Fprintf(w, "server\t%s (up %.1fs)\n", st.ServerVersion, st.Uptime.Seconds())
+	fmt.Fprintf(w, "sessions\t%d\n", st.Sessions)
+	if m := st.Model; m != nil {
+		fmt.Fprintf(w, "model\t%s\n", m.Path)
+		fmt.Fprintf(w, "  digest\t%s\n", m.Digest)
 		fmt.Fprintf(w, "  shape\t%s: %d layers, %d KV heads × %d, trained context %d, vocab %d\n",
-			m.GetDescription(), m.GetLayers(), m.GetKvHeads(), m.GetHeadDim(), m.GetTrainedContext(), m.GetVocabSize())
+			m.Description, m.Layers, m.KVHeads, m.HeadDim, m.TrainedContext, m.VocabSize)
 	} else {
 		fmt.Fprintf(w, "model\tnone loaded\n")
 	}
-	if cp := st.GetCapacity(); cp != nil {
-		fmt.Fprintf(w, "kv\t%s, %d bytes/token, flash attention %v\n", st.GetKvType(), cp.GetKvBytesPerToken(), st.GetFlashAttention())
-		fmt.Fprintf(w, "context\t%d tokens (effective %d; %s)\n", cp.GetContextTokens(), cp.GetEffectiveTokens(), cp.GetReason())
-		fmt.Fprintf(w, "memory\t%s: %.1f GiB usable, weights %.1f MiB, overhead %.1f MiB\n", cp.GetMemoryKind(),
-			float64(cp.GetUsableBytes())/(1<<30), float64(cp.GetWeightsBytes())/(1<<20), float64(cp.GetOverheadBytes())/(1<<20))
+	if cp := st.Capacity; cp != (client.Capacity{}) {
+		fmt.Fprintf(w, "kv\t%s, %d bytes/token, flash attention %v\n", st.KVType, cp.KVBytesPerToken, st.FlashAttention)
+		fmt.Fprintf(w, "context\t%d tokens (effective %d; %s)\n", cp.ContextTokens, cp.EffectiveTokens, cp.Reason)
+		fmt.Fprintf(w, "memory\t%s: %.1f GiB usable, weights %.1f MiB, overhead %.1f MiB\n", cp.MemoryKind,
+			float64(cp.UsableBytes)/(1<<30), float64(cp.WeightsBytes)/(1<<20), float64(cp.OverheadBytes)/(1<<20))
 	}
-	if d := st.GetDevice(); d != nil {
-		if d.GetName() == "" {
-			fmt.Fprintf(w, "device\tCPU: all %d layers and the KV in host memory (%s)\n", d.GetLayers(), d.GetReason())
+	if d := st.Device; d != nil {
+		if d.Name == "" {
+			fmt.Fprintf(w, "device\tCPU: all %d layers and the KV in host memory (%s)\n", d.Layers, d.Reason)
 		} else {
 			fmt.Fprintf(w, "device\t%s (%s, %s): %d of %d layers, output head %v; %.1f of %.1f GiB free at load\n",
-				d.GetName(), d.GetBackend(), d.GetDescription(), d.GetGpuLayers(), d.GetLayers(), d.GetOutputOnDevice(),
-				float64(d.GetFreeBytes())/(1<<30), float64(d.GetTotalBytes())/(1<<30))
+				d.Name, d.Backend, d.Description, d.GPULayers, d.Layers, d.OutputOnDevice,
+				float64(d.FreeBytes)/(1<<30), float64(d.TotalBytes)/(1<<30))
 			fmt.Fprintf(w, "  device memory\tweights %.1f MiB, KV %.1f MiB, compute %.1f MiB; host: weights %.1f MiB, KV %.1f MiB\n",
-				mib(d.GetWeightsBytes()), mib(d.GetKvBytes()), mib(d.GetComputeBytes()), mib(d.GetHostWeightsBytes()), mib(d.GetHostKvBytes()))
-			fmt.Fprintf(w, "  placement\t%s\n", d.GetReason())
+				mib(d.WeightsBytes), mib(d.KVBytes), mib(d.ComputeBytes), mib(d.HostWeightsBytes), mib(d.HostKVBytes))
+			fmt.Fprintf(w, "  placement\t%s\n", d.Reason)
 		}
-		fmt.Fprintf(w, "  cpu threads\t%d in the last decode call\n", d.GetThreads())
+		fmt.Fprintf(w, "  cpu threads\t%d in the last decode call\n", d.Threads)
 	}
-	if cp := st.GetCapacity(); cp.GetHotTokens() > 0 {
+	if cp := st.Capacity; cp.HotTokens > 0 {
 		fmt.Fprintf(w, "hot set\t%d tokens below window %d; arena %.1f MiB = %d tokens; sessions up to %d tokens\n",
-			cp.GetHotTokens(), cp.GetWindowTokens(), float64(cp.GetArenaBytes())/(1<<20), cp.GetArenaTokens(), cp.GetSessionTokens())
+			cp.HotTokens, cp.WindowTokens, float64(cp.ArenaBytes)/(1<<20), cp.ArenaTokens, cp.SessionTokens)
 	}
-	if cs := st.GetCold(); cs.GetEnabled() {
-		fmt.Fprintf(w, "ssd tier\t%s: %d blocks, %.1f MiB (%.1f MiB raw) of quota %.1f MiB, %d snapshots\n", cs.GetDir(), cs.GetBlocks(),
-			mib(cs.GetBytes()), mib(cs.GetRawBytes()), mib(cs.GetQuotaBytes()), cs.GetSnapshots())
-		if u := cs.GetUnavailable(); u != "" {
+	if cs := st.Cold; cs.Enabled {
+		fmt.Fprintf(w, "ssd tier\t%s: %d blocks, %.1f MiB (%.1f MiB raw) of quota %.1f MiB, %d snapshots\n", cs.Dir, cs.Blocks,
+			mib(cs.Bytes), mib(cs.RawBytes), mib(cs.QuotaBytes), cs.Snapshots)
+		if u := cs.Unavailable; u != "" {
 			fmt.Fprintf(w, "  standing aside\t%s\n", u)
 		}
 	} else {
-		fmt.Fprintf(w, "ssd tier\toff: %s\n", cs.GetUnavailable())
+		fmt.Fprintf(w, "ssd tier\toff: %s\n", cs.Unavailable)
 	}
-	fmt.Fprintf(w, "engine\t%s\n", st.GetSystemInfo())
+	fmt.Fprintf(w, "engine\t%s\n", st.SystemInfo)
 	return w.Flush()
 }
 
@@ -95,47 +95,47 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 	if *asJSON {
 		return e.printJSON(ex)
 	}
-	fmt.Fprintf(e.stdout, "session %d: %d tokens resident (%d generated), compat %s\n", ex.GetSessionId(), ex.GetResidentTokens(), ex.GetGeneratedTokens(), ex.GetCompatKey())
-	if cp := ex.GetCapacity(); cp != nil {
-		fmt.Fprintf(e.stdout, "context %d tokens, %d bytes/token; %s\n", cp.GetContextTokens(), cp.GetKvBytesPerToken(), cp.GetReason())
+	fmt.Fprintf(e.stdout, "session %d: %d tokens resident (%d generated), compat %s\n", ex.SessionID, ex.ResidentTokens, ex.GeneratedTokens, ex.CompatKey)
+	if cp := ex.Capacity; cp != (client.Capacity{}) {
+		fmt.Fprintf(e.stdout, "context %d tokens, %d bytes/token; %s\n", cp.ContextTokens, cp.KVBytesPerToken, cp.Reason)
 	}
-	if ex.GetHotTokens() > 0 || ex.GetParkedBlocks() > 0 {
+	if ex.HotTokens > 0 || ex.ParkedBlocks > 0 {
 		fmt.Fprintf(e.stdout, "hot set: %d tokens hot, %d parked (%d blocks hot, %d parked, %d lost); protected %d, retrieved %d; %d evictions, %d admissions\n",
-			ex.GetHotTokens(), ex.GetParkedTokens(), ex.GetHotBlocks(), ex.GetParkedBlocks(), ex.GetLostBlocks(),
-			ex.GetProtectedTokens(), ex.GetRetrievedTokens(), ex.GetEvictions(), ex.GetAdmissions())
-		for _, b := range ex.GetRetrieved() {
-			fmt.Fprintf(e.stdout, "  retrieved block %d: tokens %d..%d, %s\n", b.GetBlockId(), b.GetFirstToken(), b.GetFirstToken()+b.GetTokens(), b.GetReason())
+			ex.HotTokens, ex.ParkedTokens, ex.HotBlocks, ex.ParkedBlocks, ex.LostBlocks,
+			ex.ProtectedTokens, ex.RetrievedTokens, ex.Evictions, ex.Admissions)
+		for _, b := range ex.Retrieved {
+			fmt.Fprintf(e.stdout, "  retrieved block %d: tokens %d..%d, %s\n", b.BlockID, b.FirstToken, b.FirstToken+b.Tokens, b.Reason)
 		}
-		if lr := ex.GetLastRetrieval(); lr != nil {
-			fmt.Fprintf(e.stdout, "  last retrieval (turn %d, %s): query %d tokens, room %d tokens\n", lr.GetTurn(), lr.GetScorers(), lr.GetQueryTokens(), lr.GetBudgetTokens())
-			for _, sr := range lr.GetScorer() {
-				fmt.Fprintf(e.stdout, "    %s: %d blocks scored in %.2f ms, summaries %d bytes\n", sr.GetName(), sr.GetBlocks(), float64(sr.GetScoringUs())/1000, sr.GetSummaryBytes())
-				for _, c := range sr.GetTop() {
+		if lr := ex.LastRetrieval; lr != nil {
+			fmt.Fprintf(e.stdout, "  last retrieval (turn %d, %s): query %d tokens, room %d tokens\n", lr.Turn, lr.Scorers, lr.QueryTokens, lr.BudgetTokens)
+			for _, sr := range lr.Scorer {
+				fmt.Fprintf(e.stdout, "    %s: %d blocks scored in %.2f ms, summaries %d bytes\n", sr.Name, sr.Blocks, float64(sr.Scoring.Microseconds())/1000, sr.SummaryBytes)
+				for _, c := range sr.Top {
 					mark := ""
-					if c.GetAdmitted() {
+					if c.Admitted {
 						mark = "  admitted"
 					}
-					fmt.Fprintf(e.stdout, "      #%d block %d: tokens %d..%d, score %.4g%s\n", c.GetRank(), c.GetBlockId(), c.GetFirstToken(), c.GetFirstToken()+c.GetTokens(), c.GetScore(), mark)
+					fmt.Fprintf(e.stdout, "      #%d block %d: tokens %d..%d, score %.4g%s\n", c.Rank, c.BlockID, c.FirstToken, c.FirstToken+c.Tokens, c.Score, mark)
 				}
 			}
 		}
-		for _, d := range ex.GetDiagnostics() {
+		for _, d := range ex.Diagnostics {
 			fmt.Fprintf(e.stdout, "  note: %s\n", d)
 		}
 	}
-	classes := make([]string, 0, len(ex.GetTokensByClass()))
-	for k := range ex.GetTokensByClass() {
+	classes := make([]string, 0, len(ex.TokensByClass))
+	for k := range ex.TokensByClass {
 		classes = append(classes, k)
 	}
 	sort.Strings(classes)
 	for _, k := range classes {
-		fmt.Fprintf(e.stdout, "  %-12s %d tokens\n", k, ex.GetTokensByClass()[k])
+		fmt.Fprintf(e.stdout, "  %-12s %d tokens\n", k, ex.TokensByClass[k])
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "segment\tkind\tclass\tstable\tfirst\ttokens\tin engine")
-	for _, s := range ex.GetSegments() {
-		kind := policy.SegmentKind(s.GetKind()).String()
-		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%d\t%d\t%d\n", s.GetId(), kind, policy.CacheClass(s.GetClass()).String(), s.GetStable(), s.GetFirstPosition(), s.GetTokens(), s.GetResidentTokens())
+	for _, s := range ex.Segments {
+		kind := s.Kind.String()
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%d\t%d\t%d\n", s.ID, kind, s.Class.String(), s.Stable, s.FirstPosition, s.Tokens, s.ResidentTokens)
 	}
 	return w.Flush()
 }
@@ -166,7 +166,7 @@ func cmdGenerate(ctx context.Context, e *env, args []string) error {
 	}
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "prompt", Kind: policy.KindUserTurn, Text: *prompt}}}
 	pctx, done := e.callProgress(ctx, "prefill")
-	_, err = s.EnsurePrefix(pctx, m)
+	_, err = s.EnsurePrefix(pctx, clientconv.Manifest(m))
 	if err == nil {
 		_, err = s.PrefillSuffix(pctx)
 	}
@@ -210,7 +210,7 @@ func cmdLoad(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "loaded %s (%s), context %d tokens: %s\n", r.GetModel().GetPath(), r.GetModel().GetDescription(), r.GetCapacity().GetContextTokens(), r.GetCapacity().GetReason())
+	fmt.Fprintf(e.stdout, "loaded %s (%s), context %d tokens: %s\n", r.Model.Path, r.Model.Description, r.Capacity.ContextTokens, r.Capacity.Reason)
 	return nil
 }
 

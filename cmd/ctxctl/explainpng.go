@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ctxd/ctxd/client"
 	"image/color"
 	"os"
 	"sort"
@@ -14,7 +15,6 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/ctxd/ctxd/policy"
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 // Colours of the picture: one per cache class, one per engine state.
@@ -105,15 +105,15 @@ func (s swatch) Thumbnail(c *draw.Canvas) {
 // positions: then a segment's other hot tokens are drawn at its end (the
 // most recent tokens, where the hot set's recent window lives) and the
 // rest of it as parked.
-func explainSpans(ex *pb.ExplainReply) (segs, engine []span, total float64) {
-	total = float64(ex.GetResidentTokens())
-	for _, s := range ex.GetSegments() {
-		total = max(total, float64(s.GetFirstPosition()+s.GetTokens()))
-		col, ok := classColors[policy.CacheClass(s.GetClass())]
+func explainSpans(ex client.Explanation) (segs, engine []span, total float64) {
+	total = float64(ex.ResidentTokens)
+	for _, s := range ex.Segments {
+		total = max(total, float64(s.FirstPosition+s.Tokens))
+		col, ok := classColors[policy.CacheClass(s.Class)]
 		if !ok {
 			col = otherClassColor
 		}
-		segs = append(segs, span{float64(s.GetFirstPosition()), float64(s.GetFirstPosition() + s.GetTokens()), col, s.GetId()})
+		segs = append(segs, span{float64(s.FirstPosition), float64(s.FirstPosition + s.Tokens), col, s.ID})
 	}
 	if !hotSetMode(ex) {
 		if total > 0 {
@@ -121,40 +121,40 @@ func explainSpans(ex *pb.ExplainReply) (segs, engine []span, total float64) {
 		}
 		return segs, engine, total
 	}
-	if hr := ex.GetHotRanges(); len(hr) > 0 {
+	if hr := ex.HotRanges; len(hr) > 0 {
 		// Exact: the daemon lists the stream ranges in the engine.
 		engine = append(engine, span{0, total, parkedColor, ""})
 		for _, r := range hr {
-			engine = append(engine, span{float64(r.GetStart()), float64(r.GetEnd()), hotColor, ""})
+			engine = append(engine, span{float64(r.Start), float64(r.End), hotColor, ""})
 		}
-		for _, b := range ex.GetRetrieved() {
-			engine = append(engine, span{float64(b.GetFirstToken()), float64(b.GetFirstToken() + b.GetTokens()), retrievedColor, ""})
+		for _, b := range ex.Retrieved {
+			engine = append(engine, span{float64(b.FirstToken), float64(b.FirstToken + b.Tokens), retrievedColor, ""})
 		}
 		return segs, engine, total
 	}
-	var retrieved [][2]int64
-	for _, b := range ex.GetRetrieved() {
-		retrieved = append(retrieved, [2]int64{b.GetFirstToken(), b.GetFirstToken() + b.GetTokens()})
+	var retrieved [][2]int
+	for _, b := range ex.Retrieved {
+		retrieved = append(retrieved, [2]int{b.FirstToken, b.FirstToken + b.Tokens})
 	}
 	sort.Slice(retrieved, func(i, j int) bool { return retrieved[i][0] < retrieved[j][0] })
-	for _, s := range ex.GetSegments() {
-		lo, hi := s.GetFirstPosition(), s.GetFirstPosition()+s.GetTokens()
+	for _, s := range ex.Segments {
+		lo, hi := s.FirstPosition, s.FirstPosition+s.Tokens
 		engine = append(engine, span{float64(lo), float64(hi), parkedColor, ""})
 		// The segment's gaps between retrieved blocks, from its end back.
-		left := s.GetResidentTokens()
-		var gaps [][2]int64
+		left := s.ResidentTokens
+		var gaps [][2]int
 		at := lo
 		for _, r := range retrieved {
 			if a, b := max(r[0], lo), min(r[1], hi); a < b {
 				left -= b - a
 				if at < a {
-					gaps = append(gaps, [2]int64{at, a})
+					gaps = append(gaps, [2]int{at, a})
 				}
 				at = b
 			}
 		}
 		if at < hi {
-			gaps = append(gaps, [2]int64{at, hi})
+			gaps = append(gaps, [2]int{at, hi})
 		}
 		for i := len(gaps) - 1; i >= 0 && left > 0; i-- {
 			n := min(left, gaps[i][1]-gaps[i][0])
@@ -168,25 +168,25 @@ func explainSpans(ex *pb.ExplainReply) (segs, engine []span, total float64) {
 	return segs, engine, total
 }
 
-func hotSetMode(ex *pb.ExplainReply) bool {
-	return ex.GetHotTokens() > 0 || ex.GetParkedTokens() > 0 || ex.GetParkedBlocks() > 0 || ex.GetLostBlocks() > 0
+func hotSetMode(ex client.Explanation) bool {
+	return ex.HotTokens > 0 || ex.ParkedTokens > 0 || ex.ParkedBlocks > 0 || ex.LostBlocks > 0
 }
 
 // writeExplainPNG draws ex as a PNG file at path: the session's tokens
 // along x, segments coloured by cache class on the upper band, hot,
 // parked and retrieved tokens on the lower one, with a legend and a title
 // naming the session and its token counts.
-func writeExplainPNG(ex *pb.ExplainReply, path string) error {
+func writeExplainPNG(ex client.Explanation, path string) error {
 	segs, engine, total := explainSpans(ex)
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("session %d: %d tokens (%d generated)", ex.GetSessionId(), ex.GetResidentTokens(), ex.GetGeneratedTokens())
+	p.Title.Text = fmt.Sprintf("session %d: %d tokens (%d generated)", ex.SessionID, ex.ResidentTokens, ex.GeneratedTokens)
 	if hotSetMode(ex) {
 		p.Title.Text += fmt.Sprintf(" · hot %d · parked %d · retrieved %d · protected %d",
-			ex.GetHotTokens(), ex.GetParkedTokens(), ex.GetRetrievedTokens(), ex.GetProtectedTokens())
+			ex.HotTokens, ex.ParkedTokens, ex.RetrievedTokens, ex.ProtectedTokens)
 	}
 	p.Title.TextStyle.Font.Size = vg.Points(11)
 	p.X.Label.Text = "token position in the session"
-	if hotSetMode(ex) && len(ex.GetHotRanges()) == 0 {
+	if hotSetMode(ex) && len(ex.HotRanges) == 0 {
 		p.X.Label.Text += " (engine: retrieved blocks where they are; a segment's other hot tokens drawn at its end)"
 	}
 	p.X.Label.TextStyle.Font.Size = vg.Points(9)
@@ -202,12 +202,12 @@ func writeExplainPNG(ex *pb.ExplainReply, path string) error {
 	legend.TextStyle.Font.Size = vg.Points(9)
 	legend.ThumbnailWidth = vg.Points(12)
 	legend.Add("segments by class")
-	byClass := ex.GetTokensByClass()
+	byClass := ex.TokensByClass
 	for _, c := range []policy.CacheClass{policy.ClassTaskPinned, policy.ClassRepoMap, policy.ClassVolatile} {
 		legend.Add(fmt.Sprintf("%s (%d)", c, byClass[c.String()]), swatch{classColors[c]})
 	}
-	for _, s := range ex.GetSegments() {
-		if _, ok := classColors[policy.CacheClass(s.GetClass())]; !ok {
+	for _, s := range ex.Segments {
+		if _, ok := classColors[policy.CacheClass(s.Class)]; !ok {
 			legend.Add("other class", swatch{otherClassColor})
 			break
 		}
@@ -215,11 +215,11 @@ func writeExplainPNG(ex *pb.ExplainReply, path string) error {
 	legend.Add(" ")
 	legend.Add("engine")
 	if hotSetMode(ex) {
-		legend.Add(fmt.Sprintf("hot (%d, incl. retrieved)", ex.GetHotTokens()), swatch{hotColor})
-		legend.Add(fmt.Sprintf("retrieved (%d)", ex.GetRetrievedTokens()), swatch{retrievedColor})
-		legend.Add(fmt.Sprintf("parked (%d)", ex.GetParkedTokens()), swatch{parkedColor})
+		legend.Add(fmt.Sprintf("hot (%d, incl. retrieved)", ex.HotTokens), swatch{hotColor})
+		legend.Add(fmt.Sprintf("retrieved (%d)", ex.RetrievedTokens), swatch{retrievedColor})
+		legend.Add(fmt.Sprintf("parked (%d)", ex.ParkedTokens), swatch{parkedColor})
 	} else {
-		legend.Add(fmt.Sprintf("in engine (%d)", ex.GetResidentTokens()), swatch{hotColor})
+		legend.Add(fmt.Sprintf("in engine (%d)", ex.ResidentTokens), swatch{hotColor})
 	}
 
 	const legendWidth = 1.9 * vg.Inch

@@ -12,29 +12,29 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/policy"
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
 // handBuiltExplain is a hot-set session of 20,000 tokens: a pinned system
 // prompt, a repo map, a long terminal log mostly parked with two blocks
 // retrieved, and a user turn.
-func handBuiltExplain() *pb.ExplainReply {
-	return &pb.ExplainReply{
-		SessionId: 7, ResidentTokens: 20000, GeneratedTokens: 16,
-		Segments: []*pb.SegmentResidency{
-			{Id: "system", Kind: pb.SegmentKind(policy.KindSystem), Class: pb.CacheClass(policy.ClassTaskPinned), Tokens: 800, ResidentTokens: 800, FirstPosition: 0, Stable: true},
-			{Id: "repo_map", Kind: pb.SegmentKind(policy.KindRepoMap), Class: pb.CacheClass(policy.ClassRepoMap), Tokens: 3200, ResidentTokens: 0, FirstPosition: 800, Stable: true},
-			{Id: "terminal", Kind: pb.SegmentKind(policy.KindTerminal), Class: pb.CacheClass(policy.ClassVolatile), Tokens: 15000, ResidentTokens: 1128, FirstPosition: 4000, Stable: true},
-			{Id: "turn", Kind: pb.SegmentKind(policy.KindUserTurn), Class: pb.CacheClass(policy.ClassVolatile), Tokens: 1000, ResidentTokens: 1000, FirstPosition: 19000},
+func handBuiltExplain() client.Explanation {
+	return client.Explanation{
+		SessionID: 7, ResidentTokens: 20000, GeneratedTokens: 16,
+		Segments: []client.SegmentResidency{
+			{ID: "system", Kind: client.KindSystem, Class: client.ClassTaskPinned, Tokens: 800, ResidentTokens: 800, FirstPosition: 0, Stable: true},
+			{ID: "repo_map", Kind: client.KindRepoMap, Class: client.ClassRepoMap, Tokens: 3200, ResidentTokens: 0, FirstPosition: 800, Stable: true},
+			{ID: "terminal", Kind: client.KindTerminal, Class: client.ClassVolatile, Tokens: 15000, ResidentTokens: 1128, FirstPosition: 4000, Stable: true},
+			{ID: "turn", Kind: client.KindUserTurn, Class: client.ClassVolatile, Tokens: 1000, ResidentTokens: 1000, FirstPosition: 19000},
 		},
-		TokensByClass: map[string]int64{"task_pinned": 800, "repo_map": 3200, "volatile": 16000},
+		TokensByClass: map[string]int{"task_pinned": 800, "repo_map": 3200, "volatile": 16000},
 		HotTokens:     2928, ParkedTokens: 17072, ProtectedTokens: 2800, RetrievedTokens: 128, HotBlocks: 40, ParkedBlocks: 260,
-		Retrieved: []*pb.RetrievedBlock{
-			{BlockId: 90, FirstToken: 9000, Tokens: 64, Score: 3.2, Reason: "bm25"},
-			{BlockId: 20, FirstToken: 5120, Tokens: 64, Score: 2.1, Reason: "bm25"},
+		Retrieved: []client.RetrievedBlock{
+			{BlockID: 90, FirstToken: 9000, Tokens: 64, Score: 3.2, Reason: "bm25"},
+			{BlockID: 20, FirstToken: 5120, Tokens: 64, Score: 2.1, Reason: "bm25"},
 		},
 	}
 }
@@ -64,7 +64,7 @@ func TestExplainSpans(t *testing.T) {
 		t.Fatalf("terminal's hot tail missing: %v", engine)
 	}
 	// Dense (no hot set): everything is in the engine.
-	_, engine, _ = explainSpans(&pb.ExplainReply{ResidentTokens: 300, Segments: []*pb.SegmentResidency{{Id: "p", Tokens: 300, ResidentTokens: 300}}})
+	_, engine, _ = explainSpans(client.Explanation{ResidentTokens: 300, Segments: []client.SegmentResidency{{ID: "p", Tokens: 300, ResidentTokens: 300}}})
 	if len(engine) != 1 || engine[0].to != 300 || engine[0].color != hotColor {
 		t.Fatalf("dense: %v", engine)
 	}
@@ -154,10 +154,10 @@ func TestExplainPNGAgainstADaemon(t *testing.T) {
 		{ID: "map", Kind: policy.KindRepoMap, Text: "main.go util.go README.md", Stable: true},
 		{ID: "log", Kind: policy.KindTerminal, Text: long, Stable: true},
 	}}
-	if _, err := s.EnsurePrefix(ctx, m); err != nil {
+	if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "turn", Kind: policy.KindUserTurn, Text: "Where did the dog play with the red ball?"}); err != nil {
+	if _, err := s.PrefillSuffix(ctx, client.Segment{ID: "turn", Kind: client.KindUserTurn, Text: "Where did the dog play with the red ball?"}); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "session.png")

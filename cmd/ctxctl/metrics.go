@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/ctxd/ctxd/client"
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/tools/ctxtrace/hist"
 )
 
@@ -32,24 +31,24 @@ type arenaRangeJSON struct {
 func cmdMetrics(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON: values, timings (count, p50_us, p99_us, buckets), arena ranges")
-	m, err := query(ctx, e, fs, args, func(c *client.Client) (*pb.MetricsReply, error) {
+	m, err := query(ctx, e, fs, args, func(c *client.Client) (client.Metrics, error) {
 		return c.Metrics(ctx, client.MetricsOptions{NoText: *asJSON})
 	})
 	if err != nil {
 		return err
 	}
 	if !*asJSON {
-		_, err := io.WriteString(e.stdout, m.GetPrometheusText())
+		_, err := io.WriteString(e.stdout, m.PrometheusText)
 		return err
 	}
-	out := metricsJSON{PID: int(m.GetPid()), Executable: m.GetExecutable(), Values: m.GetValues(),
+	out := metricsJSON{PID: m.PID, Executable: m.Executable, Values: m.Values,
 		Timings: []hist.ProbeReport{}, ArenaRanges: []arenaRangeJSON{}}
-	for _, h := range m.GetHistograms() {
-		out.Timings = append(out.Timings, hist.ProbeReportOf(hist.HistFromWire(h)))
+	for _, h := range m.Histograms {
+		out.Timings = append(out.Timings, hist.ProbeReportOf(hist.HistFromMetrics(h)))
 	}
-	for _, r := range m.GetArenaRanges() {
+	for _, r := range m.ArenaRanges {
 		out.ArenaRanges = append(out.ArenaRanges, arenaRangeJSON{
-			Start: fmt.Sprintf("%#x", r.GetStart()), End: fmt.Sprintf("%#x", r.GetEnd()), Path: r.GetPath()})
+			Start: fmt.Sprintf("%#x", r.Start), End: fmt.Sprintf("%#x", r.End), Path: r.Path})
 	}
 	return e.printJSON(out)
 }

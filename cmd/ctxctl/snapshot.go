@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 const snapshotUsage = `usage: ctxctl snapshot save NAME [--session ID] [--json]
@@ -124,7 +123,7 @@ func snapshotRestore(ctx context.Context, e *env, args []string) error {
 		})
 	}
 	fmt.Fprintf(e.stdout, "restored %s: %d tokens in %.1f ms (%d blocks restored, %d tokens recomputed; %s)\n",
-		name, rep.GetTokens(), restoreMS, rep.GetRestoredBlocks(), rep.GetRecomputedTokens(), rep.GetChoice())
+		name, rep.Tokens, restoreMS, rep.RestoredBlocks, rep.RecomputedTokens, rep.Choice)
 	if *gen > 0 {
 		fmt.Fprintf(e.stdout, "tokens %v\ntext %q\n", toks, text)
 	}
@@ -134,28 +133,28 @@ func snapshotRestore(ctx context.Context, e *env, args []string) error {
 func snapshotList(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("snapshot ls", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	r, err := query(ctx, e, fs, args, func(c *client.Client) (*pb.ListSnapshotsReply, error) { return c.Snapshots(ctx) })
+	r, err := query(ctx, e, fs, args, func(c *client.Client) (client.SnapshotList, error) { return c.Snapshots(ctx) })
 	if err != nil {
 		return err
 	}
 	if *asJSON {
 		return e.printJSON(r)
 	}
-	cs := r.GetCold()
-	if !cs.GetEnabled() {
-		fmt.Fprintf(e.stdout, "SSD tier off: %s\n", cs.GetUnavailable())
+	cs := r.Cold
+	if !cs.Enabled {
+		fmt.Fprintf(e.stdout, "SSD tier off: %s\n", cs.Unavailable)
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "SSD tier %s: %d blocks, %.1f MiB (%.1f MiB raw) of quota %.1f MiB\n",
-		cs.GetDir(), cs.GetBlocks(), mib(cs.GetBytes()), mib(cs.GetRawBytes()), mib(cs.GetQuotaBytes()))
-	if u := cs.GetUnavailable(); u != "" {
+		cs.Dir, cs.Blocks, mib(cs.Bytes), mib(cs.RawBytes), mib(cs.QuotaBytes))
+	if u := cs.Unavailable; u != "" {
 		fmt.Fprintf(e.stdout, "standing aside: %s\n", u)
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "name\tcreated\tmode\ttokens\tblocks\tMiB\tcompatible")
-	for _, s := range r.GetSnapshots() {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%.1f\t%v\n", s.GetName(), time.UnixMilli(s.GetCreatedUnixMs()).Format(time.DateTime),
-			s.GetMode(), s.GetTokens(), s.GetBlocks(), mib(s.GetBytes()), s.GetCompatible())
+	for _, s := range r.Snapshots {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%.1f\t%v\n", s.Name, s.Created.Format(time.DateTime),
+			s.Mode, s.Tokens, s.Blocks, mib(s.Bytes), s.Compatible)
 	}
 	return w.Flush()
 }
@@ -176,7 +175,7 @@ var errProblems = errors.New("the SSD tier has bad files")
 func snapshotVerify(ctx context.Context, e *env, args []string) error {
 	fs := flag.NewFlagSet("snapshot verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	r, err := query(ctx, e, fs, args, func(c *client.Client) (*pb.VerifyColdReply, error) { return c.VerifyCold(ctx) })
+	r, err := query(ctx, e, fs, args, func(c *client.Client) (client.ColdVerification, error) { return c.VerifyCold(ctx) })
 	if err != nil {
 		return err
 	}
@@ -185,13 +184,13 @@ func snapshotVerify(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(e.stdout, "checked %d blocks and %d snapshots: %d problems\n", r.GetBlocksChecked(), r.GetSnapshotsChecked(), len(r.GetProblems()))
-		for _, p := range r.GetProblems() {
-			fmt.Fprintf(e.stdout, "  %s: %s: %s\n", p.GetPath(), p.GetKind(), p.GetError())
+		fmt.Fprintf(e.stdout, "checked %d blocks and %d snapshots: %d problems\n", r.BlocksChecked, r.SnapshotsChecked, len(r.Problems))
+		for _, p := range r.Problems {
+			fmt.Fprintf(e.stdout, "  %s: %s: %s\n", p.Path, p.Kind, p.Error)
 		}
 	}
-	if len(r.GetProblems()) > 0 {
-		return fmt.Errorf("%w: %d (set aside, never loaded)", errProblems, len(r.GetProblems()))
+	if len(r.Problems) > 0 {
+		return fmt.Errorf("%w: %d (set aside, never loaded)", errProblems, len(r.Problems))
 	}
 	return nil
 }

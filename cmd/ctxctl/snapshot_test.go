@@ -10,7 +10,6 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/internal/testmodel"
-	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
@@ -58,7 +57,7 @@ func TestSnapshotCommandsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.EnsurePrefix(context.Background(), policy.Manifest{Segments: []policy.Segment{{ID: "a", Kind: policy.KindSystem, Stable: true, Text: "Once upon a time there was a dog."}}}); err != nil {
+	if _, err := s.EnsurePrefix(context.Background(), client.Manifest{Segments: []client.Segment{{ID: "a", Kind: client.KindSystem, Stable: true, Text: "Once upon a time there was a dog."}}}); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs = ctl(t, "--socket", sock, "snapshot", "save", "again")

@@ -18,7 +18,6 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/internal/testmodel"
-	"github.com/ctxd/ctxd/policy"
 )
 
 // The tests run the real daemon by re-executing this test binary: with
@@ -257,9 +256,9 @@ func TestSIGTERMShutsDownCleanly(t *testing.T) {
 	if s.ContextTokens() != 512 {
 		t.Errorf("session context %d, want 512 (--ctx)", s.ContextTokens())
 	}
-	m := policy.Manifest{Segments: []policy.Segment{
-		{ID: "system", Kind: policy.KindSystem, Text: strings.Repeat("Once upon a time, there was a little girl named Lily. ", 8), Stable: true},
-		{ID: "turn", Kind: policy.KindUserTurn, Text: " One day, Lily saw a big red ball."},
+	m := client.Manifest{Segments: []client.Segment{
+		{ID: "system", Kind: client.KindSystem, Text: strings.Repeat("Once upon a time, there was a little girl named Lily. ", 8), Stable: true},
+		{ID: "turn", Kind: client.KindUserTurn, Text: " One day, Lily saw a big red ball."},
 	}}
 	if _, err := s.EnsurePrefix(ctx, m); err != nil {
 		t.Fatal(err)
@@ -272,7 +271,7 @@ func TestSIGTERMShutsDownCleanly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Tokens != 5 || streamed != 5 || res.Reason != "max_tokens" {
+	if res.Tokens != 5 || streamed != 5 || res.Reason != client.StopMaxTokens {
 		t.Fatalf("decode: %+v, %d streamed", res, streamed)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/internal/trace"
 )
 
@@ -139,7 +140,7 @@ func Run(ctx context.Context, c *client.Client, tr *trace.Trajectory, o Options)
 func runTurn(ctx context.Context, s *client.Session, turn trace.Turn, o Options) (Turn, [][]float32, error) {
 	t := Turn{Turn: turn.Index}
 	start := time.Now()
-	pre, err := s.EnsurePrefix(ctx, turn.Manifest)
+	pre, err := s.EnsurePrefix(ctx, clientconv.Manifest(turn.Manifest))
 	if err != nil {
 		return t, nil, err
 	}

@@ -1,7 +1,7 @@
 package ctxtrace
 
 import (
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/tools/ctxtrace/hist"
 )
 
@@ -19,8 +19,8 @@ func BucketBounds(k int) (lo, hi float64) { return hist.BucketBounds(k) }
 // Bucket returns the bucket index of v nanoseconds.
 func Bucket(v uint64) int { return hist.Bucket(v) }
 
-// HistFromWire converts a Go-side timing of ctxd's Metrics reply.
-func HistFromWire(w *pb.TimingHistogram) Hist { return hist.HistFromWire(w) }
+// HistFromMetrics converts a Go-side timing of ctxd's Metrics reply.
+func HistFromMetrics(w client.TimingHistogram) Hist { return hist.HistFromMetrics(w) }
 
 // ProbeReportOf summarizes a histogram.
 func ProbeReportOf(h Hist) ProbeReport { return hist.ProbeReportOf(h) }

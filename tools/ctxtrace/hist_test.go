@@ -1,10 +1,9 @@
 package ctxtrace
 
 import (
+	"github.com/ctxd/ctxd/client"
 	"math"
 	"testing"
-
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 func TestBucketEdges(t *testing.T) {
@@ -80,10 +79,10 @@ func TestSubGivesTheWindow(t *testing.T) {
 	}
 }
 
-func TestHistFromWire(t *testing.T) {
-	w := &pb.TimingHistogram{Name: "fetch_phase.arena_lookup", Count: 3, SumNs: 3000, Buckets: make([]uint64, 64)}
+func TestHistFromMetrics(t *testing.T) {
+	w := client.TimingHistogram{Name: "fetch_phase.arena_lookup", Count: 3, SumNs: 3000, Buckets: make([]uint64, 64)}
 	w.Buckets[9], w.Buckets[10] = 1, 2
-	h := HistFromWire(w)
+	h := HistFromMetrics(w)
 	if h.Count != 3 || h.Buckets[10] != 2 || h.What == "" {
 		t.Fatalf("%+v", h)
 	}

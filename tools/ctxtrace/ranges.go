@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/client"
 )
 
 // Range is an address range [Start, End) of the traced process.
@@ -23,12 +23,12 @@ type Range struct {
 // the page-fault probe can tell apart.
 const maxRanges = 32
 
-// RangesFromWire converts the arena ranges of ctxd's Metrics reply.
-func RangesFromWire(rs []*pb.ArenaRange) []Range {
+// RangesFromMetrics converts the arena ranges of ctxd's Metrics reply.
+func RangesFromMetrics(rs []client.ArenaRange) []Range {
 	out := make([]Range, 0, len(rs))
 	for _, r := range rs {
-		if r.GetEnd() > r.GetStart() {
-			out = append(out, Range{Start: r.GetStart(), End: r.GetEnd()})
+		if r.End > r.Start {
+			out = append(out, Range{Start: r.Start, End: r.End})
 		}
 	}
 	return out

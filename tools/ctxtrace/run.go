@@ -10,7 +10,6 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/protocol"
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 // Options configure Run.
@@ -54,25 +53,27 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		o.Notices = io.Discard
 	}
 	var c *client.Client
-	var first *pb.MetricsReply
+	var first *client.Metrics
 	if o.Socket != "" {
 		var err error
 		if c, err = client.Dial(ctx, o.Socket, client.Options{Name: "ctxtrace"}); err != nil {
 			return Report{}, err
 		}
 		defer c.Close()
-		if first, err = c.Metrics(ctx, client.MetricsOptions{NoText: true}); err != nil {
+		m, err := c.Metrics(ctx, client.MetricsOptions{NoText: true})
+		if err != nil {
 			return Report{}, fmt.Errorf("ctxtrace: asking ctxd for its pid and arena: %w", err)
 		}
-		if o.PID != 0 && o.PID != int(first.GetPid()) {
-			return Report{}, fmt.Errorf("ctxtrace: --pid %d but the daemon on %s is pid %d", o.PID, o.Socket, first.GetPid())
+		first = &m
+		if o.PID != 0 && o.PID != first.PID {
+			return Report{}, fmt.Errorf("ctxtrace: --pid %d but the daemon on %s is pid %d", o.PID, o.Socket, first.PID)
 		}
-		o.PID = int(first.GetPid())
+		o.PID = first.PID
 	}
 	if !o.GoSideOnly {
 		var exe string
 		if first != nil {
-			exe = first.GetExecutable()
+			exe = first.Executable
 		}
 		r, err := traceEBPF(ctx, o, c, exe, first)
 		if err == nil {
@@ -122,7 +123,7 @@ func wait(ctx context.Context, d, period time.Duration, tick func()) time.Durati
 	}
 }
 
-func traceEBPF(ctx context.Context, o Options, c *client.Client, exe string, first *pb.MetricsReply) (Report, error) {
+func traceEBPF(ctx context.Context, o Options, c *client.Client, exe string, first *client.Metrics) (Report, error) {
 	tr, err := Attach(Target{PID: o.PID, Executable: exe})
 	if err != nil {
 		return Report{}, err
@@ -137,7 +138,7 @@ func traceEBPF(ctx context.Context, o Options, c *client.Client, exe string, fir
 			if err != nil {
 				return nil, err
 			}
-			return RangesFromWire(m.GetArenaRanges()), nil
+			return RangesFromMetrics(m.ArenaRanges), nil
 		}
 		return ArenaRangesFromMaps(o.PID)
 	}
@@ -159,7 +160,7 @@ func traceEBPF(ctx context.Context, o Options, c *client.Client, exe string, fir
 		last = rs
 	}
 	if first != nil {
-		rs := RangesFromWire(first.GetArenaRanges())
+		rs := RangesFromMetrics(first.ArenaRanges)
 		if err := tr.SetArenaRanges(rs); err != nil {
 			fmt.Fprintf(o.Notices, "%v\n", err)
 		}
@@ -184,12 +185,13 @@ func traceEBPF(ctx context.Context, o Options, c *client.Client, exe string, fir
 
 // traceGoSide reads ctxd's Go-side timings at the start and the end and
 // reports the difference.
-func traceGoSide(ctx context.Context, o Options, c *client.Client, first *pb.MetricsReply) (Report, error) {
+func traceGoSide(ctx context.Context, o Options, c *client.Client, first *client.Metrics) (Report, error) {
 	if first == nil {
-		var err error
-		if first, err = c.Metrics(ctx, client.MetricsOptions{NoText: true}); err != nil {
+		m, err := c.Metrics(ctx, client.MetricsOptions{NoText: true})
+		if err != nil {
 			return Report{}, err
 		}
+		first = &m
 	}
 	if o.Started != nil {
 		o.Started()
@@ -204,12 +206,12 @@ func traceGoSide(ctx context.Context, o Options, c *client.Client, first *pb.Met
 		return Report{}, fmt.Errorf("ctxtrace: reading ctxd's timings: %w", err)
 	}
 	before := map[string]Hist{}
-	for _, w := range first.GetHistograms() {
-		before[w.GetName()] = HistFromWire(w)
+	for _, w := range first.Histograms {
+		before[w.Name] = HistFromMetrics(w)
 	}
-	r := Report{Source: SourceGoSide, PID: int(end.GetPid()), DurationS: took.Seconds()}
-	for _, w := range end.GetHistograms() {
-		h := HistFromWire(w)
+	r := Report{Source: SourceGoSide, PID: end.PID, DurationS: took.Seconds()}
+	for _, w := range end.Histograms {
+		h := HistFromMetrics(w)
 		if b, ok := before[h.Name]; ok {
 			h = h.Sub(b)
 		}

@@ -20,7 +20,6 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/internal/testmodel"
-	"github.com/ctxd/ctxd/policy"
 )
 
 // The tests trace a real daemon: testdata/tracee, a sidecar built as its
@@ -153,11 +152,11 @@ func recallTurn(t *testing.T, socket string, seed int64, far int) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
-	m := policy.Manifest{Segments: []policy.Segment{{ID: "hay", Kind: policy.KindTerminal, Tokens: hay, Stable: true}}}
+	m := client.Manifest{Segments: []client.Segment{{ID: "hay", Kind: client.KindTerminal, Tokens: hay, Stable: true}}}
 	if _, err := s.EnsurePrefix(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.PrefillSuffix(ctx, policy.Segment{ID: "q", Kind: policy.KindUserTurn, Tokens: needle[:4]}); err != nil {
+	if _, err := s.PrefillSuffix(ctx, client.Segment{ID: "q", Kind: client.KindUserTurn, Tokens: needle[:4]}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 8}, nil); err != nil {
@@ -208,9 +207,9 @@ func goSideCount(t *testing.T, socket, name string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range m.GetHistograms() {
-		if h.GetName() == name {
-			return h.GetCount()
+	for _, h := range m.Histograms {
+		if h.Name == name {
+			return h.Count
 		}
 	}
 	t.Fatalf("ctxd reports no timing %q", name)
@@ -244,10 +243,10 @@ func TestProbesOnRealCtxd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(m.GetArenaRanges()) == 0 || m.GetPid() != int32(tc.cmd.Process.Pid) {
-		t.Fatalf("metrics: pid %d, ranges %v", m.GetPid(), m.GetArenaRanges())
+	if len(m.ArenaRanges) == 0 || m.PID != tc.cmd.Process.Pid {
+		t.Fatalf("metrics: pid %d, ranges %v", m.PID, m.ArenaRanges)
 	}
-	if err := tr.SetArenaRanges(RangesFromWire(m.GetArenaRanges())); err != nil {
+	if err := tr.SetArenaRanges(RangesFromMetrics(m.ArenaRanges)); err != nil {
 		t.Fatal(err)
 	}
 

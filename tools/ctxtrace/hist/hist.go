@@ -8,7 +8,7 @@ import (
 	"math"
 	"math/bits"
 
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/client"
 )
 
 // NumBuckets mirrors NBUCKETS in tools/ctxtrace's eBPF C source.
@@ -104,10 +104,10 @@ func (h Hist) Sub(old Hist) Hist {
 	return out
 }
 
-// HistFromWire converts a Go-side timing of ctxd's Metrics reply.
-func HistFromWire(w *pb.TimingHistogram) Hist {
-	h := Hist{Name: w.GetName(), What: whatGoSide(w.GetName()), Count: w.GetCount(), SumNs: w.GetSumNs()}
-	for k, c := range w.GetBuckets() {
+// HistFromMetrics converts a Go-side timing of ctxd's Metrics reply.
+func HistFromMetrics(w client.TimingHistogram) Hist {
+	h := Hist{Name: w.Name, What: whatGoSide(w.Name), Count: w.Count, SumNs: w.SumNs}
+	for k, c := range w.Buckets {
 		if k < NumBuckets {
 			h.Buckets[k] = c
 		}
