@@ -452,7 +452,7 @@ func (srv *Server) hotTruncate(sess *session, n int) (int, error) {
 			}
 		}
 		if b.stored && srv.slot.arena != nil {
-			srv.slot.arena.Delete(b.id)
+			srv.slot.deleteBlock(b.id)
 		}
 		srv.dropCold(b)
 		h.index.Remove(b.id)
@@ -663,7 +663,7 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 			// Bytes the engine refuses are as good as lost; the layout
 			// closes over the hole below, so the KV stays consistent.
 			if m.b.stored {
-				srv.slot.arena.Delete(m.b.id)
+				srv.slot.deleteBlock(m.b.id)
 			}
 			m.b.stored = false
 			srv.dropCold(m.b)
