@@ -160,6 +160,30 @@ func TestHotSetStreamsBeyondTheWindow(t *testing.T) {
 	checkHot(t, ts.srv)
 }
 
+// TestNeedleComesBackOnce is one trial of the recall test above, with
+// retrieval only: short enough for the slow backends (the Vulkan run over
+// lavapipe), it checks that the needle's parked block is retrieved and
+// copied back.
+func TestNeedleComesBackOnce(t *testing.T) {
+	ts := needleServer(t, Config{})
+	c := dial(t, ts)
+	rng := rand.New(rand.NewSource(7))
+	hay, needle := haystack(rng, 1500)
+	acc, s := recall(t, c, hay, needle)
+	checkHot(t, ts.srv)
+	ex, err := s.Explain(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, b := range ex.Retrieved {
+		found = found || (b.FirstToken <= 41 && 41+24 <= b.FirstToken+b.Tokens+1)
+	}
+	if !found || acc < 0.8 {
+		t.Fatalf("needle block retrieved: %v, recall %.3f (want ≥ 0.8)", found, acc)
+	}
+}
+
 func TestNeedleRecallNeedsRetrieval(t *testing.T) {
 	const trials = 5
 	var with, without float64
