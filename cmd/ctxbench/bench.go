@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/internal/replay"
 	"github.com/ctxd/ctxd/internal/trace"
@@ -21,9 +22,9 @@ import (
 	"github.com/ctxd/ctxd/sidecar"
 )
 
-func cmdBench(ctx context.Context, e *env, args []string) error {
+func cmdBench(ctx context.Context, e *cli.Env, args []string) error {
 	if len(args) == 0 {
-		return usageError{fmt.Errorf("which benchmark? replay, socket, resume, crash, trace, fair, speed or http")}
+		return cli.Usage(fmt.Errorf("which benchmark? replay, socket, resume, crash, trace, fair, speed or http"))
 	}
 	switch args[0] {
 	case "replay":
@@ -43,7 +44,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 	case "http":
 		return benchHTTP(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed, http)", args[0])}
+	return cli.Usage(fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed, http)", args[0]))
 }
 
 func defaultModel() string {
@@ -55,14 +56,14 @@ func defaultModel() string {
 
 // benchReplay replays every trace of a folder with --verify-cold and
 // prints each summary plus the totals over all traces.
-func benchReplay(ctx context.Context, e *env, args []string) error {
+func benchReplay(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench replay", flag.ContinueOnError)
 	traces := fs.String("traces", envOr("CTXD_TRACES", "../shared/traces"), "folder of .traj files")
 	model := fs.String("model", defaultModel(), "model for the private daemon")
 	ctxTokens := fs.Int("ctx", 4096, "context tokens (dense attention: keep ≤ 8k on CPUs)")
 	decodeTokens := fs.Int("decode-tokens", 4, "greedy tokens per turn")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	files, _ := filepath.Glob(filepath.Join(*traces, "*.traj"))
@@ -70,7 +71,7 @@ func benchReplay(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("no .traj files in %s", *traces)
 	}
 	sort.Strings(files)
-	c, done, err := e.connect(ctx, *model, *ctxTokens)
+	c, done, err := connect(ctx, e, *model, *ctxTokens)
 	if err != nil {
 		return err
 	}
@@ -97,7 +98,7 @@ func benchReplay(ctx context.Context, e *env, args []string) error {
 	var reused, reusable, prompt int
 	var warm, cold float64
 	out.Total.ColdMatchAll = true
-	bar := e.newProgress("bench replay", int64(len(files)), "traces")
+	bar := e.NewProgress("bench replay", int64(len(files)), "traces")
 	defer bar.Clear()
 	for _, f := range files {
 		tr, err := trace.Load(f)
@@ -134,9 +135,9 @@ func benchReplay(ctx context.Context, e *env, args []string) error {
 	t.WarmColdRatio = warm / max(cold, 1e-9)
 	t.WarmColdBound = 3 * (1 - t.PromptReuse)
 	if *asJSON {
-		return e.printJSON(out)
+		return e.PrintJSON(out)
 	}
-	fmt.Fprintf(e.stdout, "\nALL %d traces, %d turns at ctx %d: reuse_ratio %.4f  prompt_reuse %.4f  warm_cold_ratio %.3f (bound %.3f)  cold_match_all %v  max_logit_diff %.3g\n",
+	fmt.Fprintf(e.Stdout, "\nALL %d traces, %d turns at ctx %d: reuse_ratio %.4f  prompt_reuse %.4f  warm_cold_ratio %.3f (bound %.3f)  cold_match_all %v  max_logit_diff %.3g\n",
 		len(files), t.Turns, *ctxTokens, t.ReuseRatio, t.PromptReuse, t.WarmColdRatio, t.WarmColdBound, t.ColdMatchAll, t.MaxLogitDiff)
 	return nil
 }
@@ -151,7 +152,7 @@ func envOr(k, def string) string {
 // benchSocket measures what the socket adds: a request round trip (Ping)
 // and a streamed decode, each beside the same call made in-process on the
 // same server.
-func benchSocket(ctx context.Context, e *env, args []string) error {
+func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench socket", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "model for the private daemon")
 	n := fs.Int("n", 20000, "round trips")
@@ -159,7 +160,7 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 	reps := fs.Int("reps", 101, "decode repetitions (median of paired differences)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	ctxdBin := fs.String("ctxd", siblingBinary("ctxd"), "ctxd binary for the socket side")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	// The socket side is a real ctxd process, as an agent would see it; the
@@ -189,7 +190,7 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 		c.Ping(ctx, nil)
 		p.Server.Handle(ctx, 0, ping, nil)
 	}
-	bar := e.newProgress("round trips", int64(*n), "")
+	bar := e.NewProgress("round trips", int64(*n), "")
 	for i := 0; i < *n; i++ {
 		t0 := time.Now()
 		if err := c.Ping(ctx, nil); err != nil {
@@ -206,7 +207,7 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 
 	// Streaming: the same greedy decode over the socket and in-process.
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "p", Kind: policy.KindUserTurn, Text: "Once upon a time"}}}
-	bar = e.newProgress("decode pairs", int64(*reps), "")
+	bar = e.NewProgress("decode pairs", int64(*reps), "")
 	sockWall, inWall, overhead, serverWall, streamOnly, err := streamTimes(ctx, c, p, m, *tokens, *reps, bar)
 	bar.Clear()
 	if err != nil {
@@ -228,17 +229,17 @@ func benchSocket(ctx context.Context, e *env, args []string) error {
 		TokenSocketUS: sockWall, TokenInProcUS: inWall, TokenServerUS: serverWall, StreamOverheadUS: overhead, StreamFramesUS: streamOnly, Tokens: *tokens,
 	}
 	if *asJSON {
-		return e.printJSON(rt)
+		return e.PrintJSON(rt)
 	}
-	fmt.Fprintf(e.stdout, "round trip (ping, %d calls): socket p50 %.1f µs, p99 %.1f µs; in-process p50 %.2f µs\n", rt.Calls, rt.SocketP50us, rt.SocketP99us, rt.InProcP50us)
-	fmt.Fprintf(e.stdout, "decode (%d tokens, %d paired runs): socket %.1f µs/token (server side %.1f), in-process %.1f µs/token, streaming overhead (median paired difference) %.1f µs/token\n", rt.Tokens, *reps, rt.TokenSocketUS, rt.TokenServerUS, rt.TokenInProcUS, rt.StreamOverheadUS)
-	fmt.Fprintf(e.stdout, "streaming frames alone (same daemon, streamed − no_stream, median of %d pairs): %.1f µs/token\n", *reps, rt.StreamFramesUS)
+	fmt.Fprintf(e.Stdout, "round trip (ping, %d calls): socket p50 %.1f µs, p99 %.1f µs; in-process p50 %.2f µs\n", rt.Calls, rt.SocketP50us, rt.SocketP99us, rt.InProcP50us)
+	fmt.Fprintf(e.Stdout, "decode (%d tokens, %d paired runs): socket %.1f µs/token (server side %.1f), in-process %.1f µs/token, streaming overhead (median paired difference) %.1f µs/token\n", rt.Tokens, *reps, rt.TokenSocketUS, rt.TokenServerUS, rt.TokenInProcUS, rt.StreamOverheadUS)
+	fmt.Fprintf(e.Stdout, "streaming frames alone (same daemon, streamed − no_stream, median of %d pairs): %.1f µs/token\n", *reps, rt.StreamFramesUS)
 	return nil
 }
 
 // streamTimes runs the same decode over the socket and in-process,
 // alternating, and returns the median wall time per token of each.
-func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int, bar *progress) (sockUS, inUS, overheadUS, serverUS, streamUS float64, err error) {
+func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int, bar *cli.Progress) (sockUS, inUS, overheadUS, serverUS, streamUS float64, err error) {
 	s, err := c.OpenSession(ctx, "bench-socket")
 	if err != nil {
 		return 0, 0, 0, 0, 0, err

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 )
@@ -32,32 +33,32 @@ type crashResult struct {
 // benchCrash kills ctxd with SIGKILL at random moments while it writes
 // snapshots, restarting it each time, and checks that every snapshot it
 // reported committed restores bit-exactly (same greedy continuation).
-func benchCrash(ctx context.Context, e *env, args []string) error {
+func benchCrash(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench crash", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "GGUF model")
 	kills := fs.Int("kills", 50, "SIGKILLs")
 	seed := fs.Uint64("seed", 1, "seed of the kill times and prompts")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	res, err := runCrash(ctx, siblingBinary("ctxd"), *model, *kills, *seed, func(round int) {
 		if !*asJSON {
-			fmt.Fprintf(e.stderr, "\rkill %d/%d", round+1, *kills)
+			fmt.Fprintf(e.Stderr, "\rkill %d/%d", round+1, *kills)
 		}
 	})
 	if !*asJSON {
-		fmt.Fprintln(e.stderr)
+		fmt.Fprintln(e.Stderr)
 	}
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		if err := e.printJSON(res); err != nil {
+		if err := e.PrintJSON(res); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(e.stdout, "kills %d  committed %d  verified_restores %d  mismatches %d  problems_reported %d  (%.1f s)\n",
+		fmt.Fprintf(e.Stdout, "kills %d  committed %d  verified_restores %d  mismatches %d  problems_reported %d  (%.1f s)\n",
 			res.Kills, res.Committed, res.Verified, len(res.Mismatches), res.ProblemsReported, res.Seconds)
 	}
 	if len(res.Mismatches) > 0 {

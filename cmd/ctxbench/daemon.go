@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
@@ -27,9 +28,9 @@ func startPrivate(model string, ctxTokens int) (*sidecar.Private, error) {
 }
 
 // connect dials --socket, or starts a private daemon when model is set.
-func (e *env) connect(ctx context.Context, model string, ctxTokens int) (*client.Client, func(), error) {
+func connect(ctx context.Context, e *cli.Env, model string, ctxTokens int) (*client.Client, func(), error) {
 	if model == "" {
-		c, err := e.dial(ctx)
+		c, err := e.Dial(ctx)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -7,8 +7,7 @@
 //
 // Run "ctxbench help" for the commands and their flags.
 //
-// Files: main.go (commands and global flags), env.go (what a command gets),
-// daemon.go (private daemons), bench.go (the bench commands; socket, replay),
+// Files: main.go (the commands, run by cli.Main), daemon.go (private daemons), bench.go (the bench commands; socket, replay),
 // resume.go (bench resume), crash.go (bench crash), fair.go (bench fair),
 // speed.go (bench speed), tracebench.go (bench trace), httpbench.go (bench
 // http), eval.go (the eval commands; eval recall), needle.go (needle trials of

@@ -11,14 +11,15 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/engine/llama"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
-func cmdEval(ctx context.Context, e *env, args []string) error {
+func cmdEval(ctx context.Context, e *cli.Env, args []string) error {
 	if len(args) == 0 {
-		return usageError{fmt.Errorf("which evaluation? recall")}
+		return cli.Usage(fmt.Errorf("which evaluation? recall"))
 	}
 	switch args[0] {
 	case "recall":
@@ -28,7 +29,7 @@ func cmdEval(ctx context.Context, e *env, args []string) error {
 	case "ppl":
 		return evalPPL(ctx, e, args[1:])
 	}
-	return usageError{fmt.Errorf("unknown evaluation %q (recall, ppl, scale)", args[0])}
+	return cli.Usage(fmt.Errorf("unknown evaluation %q (recall, ppl, scale)", args[0]))
 }
 
 // recallResult is what eval recall reports.
@@ -80,7 +81,7 @@ type scorerResult struct {
 // maxDenseTokens bounds the dense-attention comparison (quadratic cost).
 const maxDenseTokens = 8192
 
-func evalRecall(ctx context.Context, e *env, args []string) error {
+func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("eval recall", flag.ContinueOnError)
 	model := fs.String("model", envOr("CTXD_NEEDLE_MODEL", "../shared/models/needle.gguf"), "model trained to copy from its context")
 	hayFile := fs.String("haystack", "", "text filling the haystack: files, comma-separated; a .traj gives its messages' text (default: random token ids)")
@@ -96,7 +97,7 @@ func evalRecall(ctx context.Context, e *env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON (with --needle both: an object with one result per needle kind)")
 	withDense := fs.Bool("dense", true, "also measure dense attention at the distance (capped at 8k tokens)")
 	threads := fs.Int("threads", 0, "llama.cpp threads (0: all CPUs; 1 is faster on a machine shared with other jobs)")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	if *needles == 0 {
@@ -107,26 +108,26 @@ func evalRecall(ctx context.Context, e *env, args []string) error {
 	}
 	switch {
 	case *trials < 1 || *windows < 1:
-		return usageError{fmt.Errorf("--trials and --distance-windows must be positive")}
+		return cli.Usage(fmt.Errorf("--trials and --distance-windows must be positive"))
 	case *needles < 1:
-		return usageError{fmt.Errorf("--needles must be positive")}
+		return cli.Usage(fmt.Errorf("--needles must be positive"))
 	case *queryTurn != 0 && *queryTurn < askTokens:
-		return usageError{fmt.Errorf("--query-turn %d: a query turn ends with the needle's first %d tokens, so it needs at least %d", *queryTurn, askTokens, askTokens)}
+		return cli.Usage(fmt.Errorf("--query-turn %d: a query turn ends with the needle's first %d tokens, so it needs at least %d", *queryTurn, askTokens, askTokens))
 	case *needleKind != "random" && *needleKind != "text" && *needleKind != "both":
-		return usageError{fmt.Errorf("--needle %q: random, text or both", *needleKind)}
+		return cli.Usage(fmt.Errorf("--needle %q: random, text or both", *needleKind))
 	case *needleKind == "both" && *needles%2 != 0:
-		return usageError{fmt.Errorf("--needle both places needles in pairs, a random and a text one (--needles even)")}
+		return cli.Usage(fmt.Errorf("--needle both places needles in pairs, a random and a text one (--needles even)"))
 	case (*needleKind != "random" || *queryTurn > askTokens) && *needleSrc == "":
-		return usageError{fmt.Errorf("text needles and query turns need --needle-source")}
+		return cli.Usage(fmt.Errorf("text needles and query turns need --needle-source"))
 	}
 	if f := sameFiles(*hayFile, *needleSrc); f != "" {
-		return usageError{fmt.Errorf("%s is both haystack and needle source: keep them apart", f)}
+		return cli.Usage(fmt.Errorf("%s is both haystack and needle source: keep them apart", f))
 	}
 	var modes []policy.ScorerSet
 	for _, name := range strings.Split(*scorerList, ",") {
 		sc, err := policy.ParseScorerSet(name)
 		if err != nil || sc == policy.ScorerNone {
-			return usageError{fmt.Errorf("--scorers: %q is not lexical, attention or both", name)}
+			return cli.Usage(fmt.Errorf("--scorers: %q is not lexical, attention or both", name))
 		}
 		modes = append(modes, sc)
 	}
@@ -224,25 +225,25 @@ func evalRecall(ctx context.Context, e *env, args []string) error {
 	}
 	if *asJSON {
 		if len(kinds) == 1 {
-			return e.printJSON(results[kinds[0]])
+			return e.PrintJSON(results[kinds[0]])
 		}
-		return e.printJSON(map[string]*recallResult{"random": results[false], "text": results[true]})
+		return e.PrintJSON(map[string]*recallResult{"random": results[false], "text": results[true]})
 	}
 	for _, text := range kinds {
 		res := results[text]
-		fmt.Fprintf(e.stdout, "needle recall, %s, window %d, %d trials (%d asks), haystack %s, %s needle (%d needles in the haystack), query turn %d tokens\n",
+		fmt.Fprintf(e.Stdout, "needle recall, %s, window %d, %d trials (%d asks), haystack %s, %s needle (%d needles in the haystack), query turn %d tokens\n",
 			*model, w, *trials, res.Asks, res.Haystack, res.Needle, res.Needles, res.QueryTurnTokens)
-		fmt.Fprintf(e.stdout, "  baseline_acc      %.3f  (everything in one window)\n", res.BaselineAcc)
+		fmt.Fprintf(e.Stdout, "  baseline_acc      %.3f  (everything in one window)\n", res.BaselineAcc)
 		if res.DenseFarAcc != nil {
-			fmt.Fprintf(e.stdout, "  dense_far_acc     %.3f  (dense attention, needle %d tokens back)\n", *res.DenseFarAcc, res.DenseFarTokens)
+			fmt.Fprintf(e.Stdout, "  dense_far_acc     %.3f  (dense attention, needle %d tokens back)\n", *res.DenseFarAcc, res.DenseFarTokens)
 		}
-		fmt.Fprintf(e.stdout, "  sinks_recent_acc  %.3f  (hot set without retrieval, %d tokens back)\n", res.SinksRecentAcc, far)
+		fmt.Fprintf(e.Stdout, "  sinks_recent_acc  %.3f  (hot set without retrieval, %d tokens back)\n", res.SinksRecentAcc, far)
 		for _, sc := range modes {
 			f := res.Scorers[sc.String()]
-			fmt.Fprintf(e.stdout, "  %-10s acc %.3f (%.2f × baseline)  hit rate %.2f  first %.2f  scoring %.2f ms/turn  summaries %d B\n",
+			fmt.Fprintf(e.Stdout, "  %-10s acc %.3f (%.2f × baseline)  hit rate %.2f  first %.2f  scoring %.2f ms/turn  summaries %d B\n",
 				sc, f.Acc, f.Ratio, f.HitRate, f.TopRank, f.ScoringMS, f.SummaryBytes)
 		}
-		fmt.Fprintf(e.stdout, "  retrieval_acc     %.3f  (%s, as shipped)  retrieval_hit_rate %.2f  (%.0fs, %.0fs building haystacks)\n",
+		fmt.Fprintf(e.Stdout, "  retrieval_acc     %.3f  (%s, as shipped)  retrieval_hit_rate %.2f  (%.0fs, %.0fs building haystacks)\n",
 			res.RetrievalAcc, res.ShippedScorer, res.RetrievalHitRate, res.Seconds, res.BuildSeconds)
 	}
 	return nil
@@ -258,14 +259,14 @@ func kindName(text bool) string {
 // recallRun measures trials on a server of its own (the baseline, dense
 // attention), with its default scorer, and returns the accuracy per
 // needle kind (text or not).
-func recallRun(ctx context.Context, e *env, label string, cfg sidecar.Config, srcs *needleSources, sh trialShape, trials int, seed int64) (map[bool]float64, error) {
+func recallRun(ctx context.Context, e *cli.Env, label string, cfg sidecar.Config, srcs *needleSources, sh trialShape, trials int, seed int64) (map[bool]float64, error) {
 	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	rng := rand.New(rand.NewSource(seed))
-	bar := e.newProgress(fmt.Sprintf("%-14s acc -.---", label), int64(trials), "trials")
+	bar := e.NewProgress(fmt.Sprintf("%-14s acc -.---", label), int64(trials), "trials")
 	defer bar.Done()
 	acc, n := map[bool]float64{}, map[bool]float64{}
 	for k := 0; k < trials; k++ {
@@ -316,7 +317,7 @@ func dropAsk(ctx context.Context, s *client.Session, next ask) error {
 // asks each of its questions once per scorer (modes[0] first), dropping
 // the previous ask before the next. It returns per needle kind (text or
 // not) one result per mode.
-func recallScorers(ctx context.Context, e *env, cfg sidecar.Config, srcs *needleSources, sh trialShape, trials int, seed int64, modes []policy.ScorerSet) (map[bool][]*scorerResult, map[bool]int, time.Duration, error) {
+func recallScorers(ctx context.Context, e *cli.Env, cfg sidecar.Config, srcs *needleSources, sh trialShape, trials int, seed int64, modes []policy.ScorerSet) (map[bool][]*scorerResult, map[bool]int, time.Duration, error) {
 	p, err := sidecar.StartPrivate(cfg)
 	if err != nil {
 		return nil, nil, 0, err
@@ -331,7 +332,7 @@ func recallScorers(ctx context.Context, e *env, cfg sidecar.Config, srcs *needle
 	figs := map[bool][]*scorerResult{}
 	asked := map[bool]float64{}
 	var build time.Duration
-	bar := e.newProgress("far           ", int64(trials), "trials")
+	bar := e.NewProgress("far           ", int64(trials), "trials")
 	defer bar.Done()
 	for k := 0; k < trials; k++ {
 		t, err := srcs.draw(rng, sh)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
@@ -19,7 +20,7 @@ import (
 // benchFair measures fair scheduling: the short turns of many clients,
 // first alone, then while one client streams a long decode, and how fast
 // Status answers throughout. One run prints the ratios.
-func benchFair(ctx context.Context, e *env, args []string) error {
+func benchFair(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench fair", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "model for the private daemon")
 	ctxTokens := fs.Int("ctx", 8192, "context tokens (the long decode must fit)")
@@ -30,7 +31,7 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 	longTokens := fs.Int("long-tokens", 4000, "tokens of the long decode")
 	shortTokens := fs.Int("short-tokens", 8, "tokens decoded per short turn")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: *model, ContextTokens: *ctxTokens, HotTokens: *hot, Threads: *threads, Version: "ctxbench-private", NoCold: true})
@@ -156,7 +157,7 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 		return time.Since(t0), err
 	}
 
-	phase := func(what string) { fmt.Fprintf(e.stderr, "bench fair: %s\n", what) }
+	phase := func(what string) { fmt.Fprintf(e.Stderr, "bench fair: %s\n", what) }
 	// 1. The long decode alone.
 	phase("the long decode alone")
 	alone, err := longDecode()
@@ -239,11 +240,11 @@ func benchFair(ctx context.Context, e *env, args []string) error {
 	}
 	out.P99Ratio = out.DuringP99ms / max(out.BaseP99ms, 1e-9)
 	if *asJSON {
-		return e.printJSON(out)
+		return e.PrintJSON(out)
 	}
-	fmt.Fprintf(e.stdout, "short turns (%d clients): alone p50 %.1f ms p99 %.1f ms (%d turns); beside a %d-token decode p50 %.1f ms p99 %.1f ms (%d turns): p99 ratio %.2f (target <= 3)\n",
+	fmt.Fprintf(e.Stdout, "short turns (%d clients): alone p50 %.1f ms p99 %.1f ms (%d turns); beside a %d-token decode p50 %.1f ms p99 %.1f ms (%d turns): p99 ratio %.2f (target <= 3)\n",
 		out.Clients, out.BaseP50ms, out.BaseP99ms, out.BaseTurns, out.LongTokens, out.DuringP50ms, out.DuringP99ms, out.DuringTurns, out.P99Ratio)
-	fmt.Fprintf(e.stdout, "status: max %.2f ms alone; beside the decode p99 %.2f ms, max %.2f ms (target <= 100 ms)\n", out.StatusBaseMaxMs, out.StatusDuringP99ms, out.StatusDuringMaxMs)
-	fmt.Fprintf(e.stdout, "long decode: %.2f s alone, %.2f s beside the short turns (ratio %.2f)\n", out.LongAloneS, out.LongTogetherS, out.LongTogetherS/max(out.LongAloneS, 1e-9))
+	fmt.Fprintf(e.Stdout, "status: max %.2f ms alone; beside the decode p99 %.2f ms, max %.2f ms (target <= 100 ms)\n", out.StatusBaseMaxMs, out.StatusDuringP99ms, out.StatusDuringMaxMs)
+	fmt.Fprintf(e.Stdout, "long decode: %.2f s alone, %.2f s beside the short turns (ratio %.2f)\n", out.LongAloneS, out.LongTogetherS, out.LongTogetherS/max(out.LongAloneS, 1e-9))
 	return nil
 }

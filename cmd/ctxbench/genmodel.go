@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/gguf"
 	"github.com/ctxd/ctxd/policy"
 )
@@ -123,7 +124,7 @@ func (s modelShape) metadata(src *gguf.File, name string) ([]gguf.KV, int, error
 	return kvs, vocab, nil
 }
 
-func cmdGenModel(ctx context.Context, e *env, args []string) error {
+func cmdGenModel(ctx context.Context, e *cli.Env, args []string) error {
 	flags := flag.NewFlagSet("gen-model", flag.ContinueOnError)
 	var s modelShape
 	flags.IntVar(&s.Layers, "layers", 24, "transformer blocks")
@@ -137,7 +138,7 @@ func cmdGenModel(ctx context.Context, e *env, args []string) error {
 	from := flags.String("from", defaultModel(), "model whose tokenizer is copied")
 	typ := flags.String("type", "f16", "type of the 2-D weights: f16 or f32 (norms are f32)")
 	force := flags.Bool("force", false, "overwrite --out if it exists")
-	if err := parse(flags, e, args); err != nil {
+	if err := cli.Parse(flags, e.Stderr, args); err != nil {
 		return err
 	}
 	switch *typ {
@@ -146,24 +147,24 @@ func cmdGenModel(ctx context.Context, e *env, args []string) error {
 	case "f32":
 		s.Type = gguf.TensorF32
 	default:
-		return usageError{fmt.Errorf("--type %q: f16 or f32", *typ)}
+		return cli.Usage(fmt.Errorf("--type %q: f16 or f32", *typ))
 	}
 	if *out == "" {
-		return usageError{fmt.Errorf("--out is required")}
+		return cli.Usage(fmt.Errorf("--out is required"))
 	}
 	if err := s.validate(); err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	src, err := gguf.Open(*from)
 	if err != nil {
 		return fmt.Errorf("tokenizer source: %w", err)
 	}
 	t0 := time.Now()
-	var bar *progress
+	var bar *cli.Progress
 	started := false
 	res, err := writeModel(ctx, s, src, *out, *force, func(done, total int64) {
 		if !started {
-			bar, started = e.newProgress("writing "+filepath.Base(*out), total, "B"), true
+			bar, started = e.NewProgress("writing "+filepath.Base(*out), total, "B"), true
 		}
 		bar.Set(done)
 	})
@@ -172,7 +173,7 @@ func cmdGenModel(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	kv := policy.KVBytesPerToken(s.Layers, s.KVHeads, s.HeadDim(), policy.KVTypeF16)
-	fmt.Fprintf(e.stdout, "wrote %s: %.1f MiB, %.1fM parameters (%d layers, embd %d, %d heads × %d, %d KV heads, ffn %d, vocab %d from %s), KV %d bytes/token at f16, in %.1fs\n",
+	fmt.Fprintf(e.Stdout, "wrote %s: %.1f MiB, %.1fM parameters (%d layers, embd %d, %d heads × %d, %d KV heads, ffn %d, vocab %d from %s), KV %d bytes/token at f16, in %.1fs\n",
 		*out, float64(res.bytes)/(1<<20), float64(res.params)/1e6, s.Layers, s.Embd, s.Heads, s.HeadDim(), s.KVHeads, s.FFN, res.vocab, *from, kv, time.Since(t0).Seconds())
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/chat"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -67,7 +68,7 @@ type httpOverhead struct {
 	TokenOverheadUS float64 `json:"token_overhead_us"`
 }
 
-func benchHTTP(ctx context.Context, e *env, args []string) error {
+func benchHTTP(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench http", flag.ContinueOnError)
 	dir := fs.String("requests", envOr("CTXD_AGENT_REQUESTS", "../shared/agent-requests"), "folder of recorded sessions (or one session folder)")
 	only := fs.String("session", "", "replay only this session folder (e.g. opencode)")
@@ -78,7 +79,7 @@ func benchHTTP(ctx context.Context, e *env, args []string) error {
 	noSides := fs.Bool("no-main-only", false, "skip the replay without side requests")
 	noReplay := fs.Bool("no-replay", false, "only the overhead benchmark")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	var sessions []recordedSession
@@ -145,12 +146,12 @@ func benchHTTP(ctx context.Context, e *env, args []string) error {
 		}
 		out.Overhead = o
 		if !*asJSON {
-			fmt.Fprintf(e.stdout, "\noverhead (median of %d, %d-token prompt, dense): turn of 1 token socket %.2f ms, HTTP %.2f ms: +%.2f ms; per streamed token socket %.1f µs, HTTP %.1f µs: +%.1f µs\n",
+			fmt.Fprintf(e.Stdout, "\noverhead (median of %d, %d-token prompt, dense): turn of 1 token socket %.2f ms, HTTP %.2f ms: +%.2f ms; per streamed token socket %.1f µs, HTTP %.1f µs: +%.1f µs\n",
 				o.Reps, o.PromptTokens, o.SocketTurnMS, o.HTTPTurnMS, o.TurnOverheadMS, o.SocketPerTokUS, o.HTTPPerTokUS, o.TokenOverheadUS)
 		}
 	}
 	if *asJSON {
-		return e.printJSON(out)
+		return e.PrintJSON(out)
 	}
 	return nil
 }
@@ -170,9 +171,9 @@ func mainReuse(rs []httpReplayRequest) []float64 {
 	return out
 }
 
-func printHTTPReplay(e *env, s httpReplaySession) {
-	fmt.Fprintf(e.stdout, "%s: %d requests (%d side)\n", s.Name, len(s.Requests), s.Sides)
-	fmt.Fprintf(e.stdout, "  %3s %-4s %7s %7s %7s %8s %9s %9s\n", "n", "kind", "prompt", "cached", "prefill", "reuse", "ttfb_ms", "total_ms")
+func printHTTPReplay(e *cli.Env, s httpReplaySession) {
+	fmt.Fprintf(e.Stdout, "%s: %d requests (%d side)\n", s.Name, len(s.Requests), s.Sides)
+	fmt.Fprintf(e.Stdout, "  %3s %-4s %7s %7s %7s %8s %9s %9s\n", "n", "kind", "prompt", "cached", "prefill", "reuse", "ttfb_ms", "total_ms")
 	for _, r := range s.Requests {
 		kind, reuse := "main", "-"
 		if r.Side {
@@ -180,13 +181,13 @@ func printHTTPReplay(e *env, s httpReplaySession) {
 		} else if r.ReuseOfPrevious > 0 {
 			reuse = fmt.Sprintf("%.3f", r.ReuseOfPrevious)
 		}
-		fmt.Fprintf(e.stdout, "  %3d %-4s %7d %7d %7d %8s %9.1f %9.1f\n", r.N, kind, r.PromptTokens, r.CachedTokens, r.PrefilledTokens, reuse, r.TTFBMS, r.TotalMS)
+		fmt.Fprintf(e.Stdout, "  %3d %-4s %7d %7d %7d %8s %9.1f %9.1f\n", r.N, kind, r.PromptTokens, r.CachedTokens, r.PrefilledTokens, reuse, r.TTFBMS, r.TotalMS)
 	}
-	fmt.Fprintf(e.stdout, "  min main reuse (2nd on) %.3f", s.MinMainReuse)
+	fmt.Fprintf(e.Stdout, "  min main reuse (2nd on) %.3f", s.MinMainReuse)
 	if s.MainOnlyReuse != nil {
-		fmt.Fprintf(e.stdout, "; without side requests %v: max delta %.3f", fmtRatios(s.MainOnlyReuse), s.SideEffectDelta)
+		fmt.Fprintf(e.Stdout, "; without side requests %v: max delta %.3f", fmtRatios(s.MainOnlyReuse), s.SideEffectDelta)
 	}
-	fmt.Fprintln(e.stdout)
+	fmt.Fprintln(e.Stdout)
 }
 
 func fmtRatios(r []float64) string {
@@ -321,10 +322,10 @@ func header(h [][2]string, name string) string {
 
 // replayHTTP sends a session's requests in order, each with its recorded
 // headers and body (max_tokens lowered to maxTokens).
-func replayHTTP(ctx context.Context, e *env, base string, rs recordedSession, maxTokens int, mainOnly bool) (httpReplaySession, error) {
+func replayHTTP(ctx context.Context, e *cli.Env, base string, rs recordedSession, maxTokens int, mainOnly bool) (httpReplaySession, error) {
 	res := httpReplaySession{Name: rs.name, MinMainReuse: 1}
 	prevMain := 0
-	bar := e.newProgress("bench http "+rs.name, int64(len(rs.reqs)), "requests")
+	bar := e.NewProgress("bench http "+rs.name, int64(len(rs.reqs)), "requests")
 	defer bar.Clear()
 	for _, r := range rs.reqs {
 		bar.Add(1)

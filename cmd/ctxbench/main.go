@@ -1,17 +1,11 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/replay"
-	"github.com/ctxd/ctxd/protocol"
 )
 
 const progName = "ctxbench"
@@ -41,37 +35,11 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	global := flag.NewFlagSet(progName, flag.ContinueOnError)
-	global.SetOutput(stderr)
-	e := &env{stdout: stdout, stderr: stderr}
-	global.StringVar(&e.socket, "socket", protocol.DefaultSocketPath(), "ctxd socket")
-	global.BoolVar(&e.noProgress, "no-progress", false, "no progress bars on stderr")
-	global.Usage = func() { fmt.Fprint(stderr, usage) }
-	if err := global.Parse(args); err != nil {
-		return 2
-	}
-	rest := global.Args()
-	if len(rest) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cmds := map[string]func(context.Context, *env, []string) error{
+	return cli.Main(progName, usage, map[string]cli.Command{
 		"bench":     cmdBench,
 		"eval":      cmdEval,
 		"gen-model": cmdGenModel,
-	}
-	if rest[0] == "help" || rest[0] == "-h" || rest[0] == "--help" {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	f, ok := cmds[rest[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "%s: unknown command %q\n\n%s", progName, rest[0], usage)
-		return 2
-	}
-	return cli.ExitCode(stderr, progName, rest[0], f(ctx, e, rest[1:]))
+	}, args, stdout, stderr)
 }
 
-func printSummary(e *env, rep *replay.Report) { cli.PrintReplaySummary(e.stdout, rep) }
+func printSummary(e *cli.Env, rep *replay.Report) { cli.PrintReplaySummary(e.Stdout, rep) }

@@ -13,6 +13,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
@@ -47,7 +48,7 @@ type pplResult struct {
 // evalPPL streams one long text through four setups with teacher forcing
 // and reports perplexity against position: dense attention past the
 // window, a sliding window without sinks, sinks + recent, and ctxd.
-func evalPPL(ctx context.Context, e *env, args []string) error {
+func evalPPL(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("eval ppl", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "model")
 	window := fs.Int("window", 512, "trained window (stories260K: 512)")
@@ -61,12 +62,12 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 	hotTokens := fs.Int("hot", 0, "ctxd's hot budget (0: three quarters of the window)")
 	recent := fs.Int("recent", 0, "ctxd's recent window (0: as shipped)")
 	only := fs.String("only", "", "run only this setup besides the reference (dense, sliding, sinks, ctxd)")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	kvType, err := policy.ParseKVType(*kvName)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	stream, err := corpus(*model, *traces, *tokens)
 	if err != nil {
@@ -100,9 +101,9 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 	}
 	res := pplResult{Model: *model, Window: w, Tokens: *tokens}
 	if !*asJSON {
-		fmt.Fprintf(e.stderr, "in-window reference: %d tokens, each window fresh…\n", *tokens)
+		fmt.Fprintf(e.Stderr, "in-window reference: %d tokens, each window fresh…\n", *tokens)
 	}
-	bar := e.newProgress("in-window reference", int64((len(stream)+w-2)/(w-1)), "windows")
+	bar := e.NewProgress("in-window reference", int64((len(stream)+w-2)/(w-1)), "windows")
 	ref, err := windowedNLL(ctx, *model, stream, w, bar)
 	bar.Done()
 	if err != nil {
@@ -115,9 +116,9 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 			continue
 		}
 		if !*asJSON {
-			fmt.Fprintf(e.stderr, "%s: %d tokens…\n", st.name, st.n)
+			fmt.Fprintf(e.Stderr, "%s: %d tokens…\n", st.name, st.n)
 		}
-		bar := e.newProgress(st.name, int64(st.n-1), "tokens")
+		bar := e.NewProgress(st.name, int64(st.n-1), "tokens")
 		nll, err := streamNLL(ctx, st.cfg, stream[:st.n], bar)
 		bar.Done()
 		if err != nil {
@@ -143,22 +144,22 @@ func evalPPL(ctx context.Context, e *env, args []string) error {
 		res.PNG = *png
 	}
 	if *asJSON {
-		return e.printJSON(res)
+		return e.PrintJSON(res)
 	}
-	fmt.Fprintf(e.stdout, "perplexity, %s, window %d, %d tokens of trajectory text\n", *model, w, *tokens)
+	fmt.Fprintf(e.Stdout, "perplexity, %s, window %d, %d tokens of trajectory text\n", *model, w, *tokens)
 	for _, c := range res.Curves {
-		fmt.Fprintf(e.stdout, "  %-26s in window %7.2f   last window (%d..%d) %7.2f\n", c.Name, c.InWindow, c.Tokens-w, c.Tokens, c.LastWindows)
+		fmt.Fprintf(e.Stdout, "  %-26s in window %7.2f   last window (%d..%d) %7.2f\n", c.Name, c.InWindow, c.Tokens-w, c.Tokens, c.LastWindows)
 	}
-	fmt.Fprintf(e.stdout, "  ctxd over the last window / in-window reference on the same tokens: %.3f (at %d× the window)\n", res.CtxdRatio, *tokens/w)
+	fmt.Fprintf(e.Stdout, "  ctxd over the last window / in-window reference on the same tokens: %.3f (at %d× the window)\n", res.CtxdRatio, *tokens/w)
 	if res.PNG != "" {
-		fmt.Fprintf(e.stdout, "  plot: %s\n", res.PNG)
+		fmt.Fprintf(e.Stdout, "  plot: %s\n", res.PNG)
 	}
 	return nil
 }
 
 // streamNLL feeds stream after BOS with teacher forcing and returns the
 // negative log-likelihood of every token.
-func streamNLL(ctx context.Context, cfg sidecar.Config, stream []int32, bar *progress) ([]float64, error) {
+func streamNLL(ctx context.Context, cfg sidecar.Config, stream []int32, bar *cli.Progress) ([]float64, error) {
 	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -202,7 +203,7 @@ func logSoftmax(logits []float32, id int32) float64 {
 // windowedNLL is the in-window reference: the stream cut into windows, each
 // scored in a fresh session from BOS, so no token ever sees a position past
 // the trained window. The first token of each window has no score (NaN).
-func windowedNLL(ctx context.Context, model string, stream []int32, w int, bar *progress) ([]float64, error) {
+func windowedNLL(ctx context.Context, model string, stream []int32, w int, bar *cli.Progress) ([]float64, error) {
 	c, done, err := privateClient(ctx, sidecar.Config{ModelPath: model, ContextTokens: w + 16, NoCold: true})
 	if err != nil {
 		return nil, err

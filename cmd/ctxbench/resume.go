@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
@@ -44,7 +45,7 @@ type resumeResult struct {
 // benchResume builds a session of --tokens tokens, then measures bringing
 // it back: from host RAM (after another session took the engine) and from
 // the SSD tier after a restart of the daemon, against prefilling it.
-func benchResume(ctx context.Context, e *env, args []string) error {
+func benchResume(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench resume", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "GGUF model")
 	tokens := fs.Int("tokens", 4096, "session length in tokens")
@@ -55,12 +56,12 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 	seed := fs.Uint64("seed", 1, "seed of random token ids (without traces)")
 	traces := fs.String("traces", envOr("CTXD_TRACES", "../shared/traces"), "session text: SWE-agent trajectories (random token ids when none)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	kvType, err := policy.ParseKVType(*kv)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	dir, err := os.MkdirTemp("", "ctxd-bench-resume-")
 	if err != nil {
@@ -132,7 +133,7 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	start := time.Now()
-	pctx, done := e.callProgress(ctx, "prefill")
+	pctx, done := e.CallProgress(ctx, "prefill")
 	_, err = s.EnsurePrefix(pctx, clientconv.Manifest(m))
 	done()
 	if err != nil {
@@ -202,14 +203,14 @@ func benchResume(ctx context.Context, e *env, args []string) error {
 		res.CompressionRatio = float64(res.CompressedBytes) / float64(res.RawBytes)
 	}
 	if *asJSON {
-		return e.printJSON(res)
+		return e.PrintJSON(res)
 	}
-	fmt.Fprintf(e.stdout, "model %s, KV %s (flash attention %v), %s, %d tokens\n", filepath.Base(*model), res.KVType, res.FlashAttention, res.Mode, res.Tokens)
-	fmt.Fprintf(e.stdout, "prefill_s %.3f  resume_ssd_s %.4f (%.0f×)  resume_arena_s %.4f (%.0f×)\n",
+	fmt.Fprintf(e.Stdout, "model %s, KV %s (flash attention %v), %s, %d tokens\n", filepath.Base(*model), res.KVType, res.FlashAttention, res.Mode, res.Tokens)
+	fmt.Fprintf(e.Stdout, "prefill_s %.3f  resume_ssd_s %.4f (%.0f×)  resume_arena_s %.4f (%.0f×)\n",
 		res.PrefillS, res.ResumeSSDS, res.SSDSpeedup, res.ResumeArenaS, res.ArenaSpeedup)
-	fmt.Fprintf(e.stdout, "raw_bytes %d  compressed_bytes %d  (%.3f of raw; save %.3f s; page cache dropped %v)\n",
+	fmt.Fprintf(e.Stdout, "raw_bytes %d  compressed_bytes %d  (%.3f of raw; save %.3f s; page cache dropped %v)\n",
 		res.RawBytes, res.CompressedBytes, res.CompressionRatio, res.SaveS, res.PageCacheDropped)
-	fmt.Fprintf(e.stdout, "continuation identical after restart: %v %v\n", res.ContinuationSame, res.Continuation)
+	fmt.Fprintf(e.Stdout, "continuation identical after restart: %v %v\n", res.ContinuationSame, res.Continuation)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/engine/llama"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/internal/trace"
 	"github.com/ctxd/ctxd/policy"
@@ -39,7 +40,7 @@ type scaleResult struct {
 
 // evalScale builds a long session by streaming, then times turns on it and
 // on an 8k-token session.
-func evalScale(ctx context.Context, e *env, args []string) error {
+func evalScale(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("eval scale", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "model")
 	tokens := fs.Int("tokens", 200000, "session length to build")
@@ -48,7 +49,7 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 	traces := fs.String("traces", envOr("CTXD_TRACES", "../shared/traces"), "text for the session: SWE-agent trajectories")
 	asJSON := fs.Bool("json", false, "print JSON")
 	threads := fs.Int("threads", 0, "llama.cpp threads (0: all CPUs; 1 is faster on a machine shared with other jobs)")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	text, err := corpus(*model, *traces, *tokens+*turns*200)
@@ -71,7 +72,7 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 	res := scaleResult{Model: *model, Tokens: *tokens, Hot: *window, Window: *window, Turns: *turns}
 	progress := func(f string, a ...any) {
 		if !*asJSON {
-			fmt.Fprintf(e.stderr, f, a...)
+			fmt.Fprintf(e.Stderr, f, a...)
 		}
 	}
 	run := func(n int) (build time.Duration, turn float64, ex *client.Session, err error) {
@@ -82,7 +83,7 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 		m := policy.Manifest{Segments: []policy.Segment{{ID: "context", Kind: policy.KindTerminal, Tokens: text[:n], Stable: true}}}
 		// The session is built in up to 50 growing EnsurePrefix calls (each
 		// keeps what is there and streams the rest in), so progress shows.
-		bar := e.newProgress(fmt.Sprintf("building %d tokens", n), int64(n), "tokens")
+		bar := e.NewProgress(fmt.Sprintf("building %d tokens", n), int64(n), "tokens")
 		step := max(n/50, 4096)
 		t0 := time.Now()
 		for end := min(step, n); ; end = min(end+step, n) {
@@ -139,13 +140,13 @@ func evalScale(ctx context.Context, e *env, args []string) error {
 	s.Close(ctx)
 	res.Ratio = res.TurnMS / res.TurnMS8k
 	if *asJSON {
-		return e.printJSON(res)
+		return e.PrintJSON(res)
 	}
-	fmt.Fprintf(e.stdout, "scale: %d-token session of %s, hot %d, window %d\n", *tokens, *model, *window, *window)
-	fmt.Fprintf(e.stdout, "  cold_build_s   %.1f  (%.0f tokens/s; %d evictions)\n", res.ColdBuildS, res.BuildTokS, res.Evictions)
-	fmt.Fprintf(e.stdout, "  turn_ms_200k   %.1f  (median of %d turns: 100-token suffix, retrieval, 16 tokens decoded)\n", res.TurnMS, *turns)
-	fmt.Fprintf(e.stdout, "  turn_ms_8k     %.1f\n  ratio          %.2f\n", res.TurnMS8k, res.Ratio)
-	fmt.Fprintf(e.stdout, "  scoring_ms_200k %.2f  (the last turn's retrieval scoring, included above)\n", res.ScoringMS)
+	fmt.Fprintf(e.Stdout, "scale: %d-token session of %s, hot %d, window %d\n", *tokens, *model, *window, *window)
+	fmt.Fprintf(e.Stdout, "  cold_build_s   %.1f  (%.0f tokens/s; %d evictions)\n", res.ColdBuildS, res.BuildTokS, res.Evictions)
+	fmt.Fprintf(e.Stdout, "  turn_ms_200k   %.1f  (median of %d turns: 100-token suffix, retrieval, 16 tokens decoded)\n", res.TurnMS, *turns)
+	fmt.Fprintf(e.Stdout, "  turn_ms_8k     %.1f\n  ratio          %.2f\n", res.TurnMS8k, res.Ratio)
+	fmt.Fprintf(e.Stdout, "  scoring_ms_200k %.2f  (the last turn's retrieval scoring, included above)\n", res.ScoringMS)
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
@@ -55,7 +56,7 @@ type speedResult struct {
 
 // benchSpeed measures prefill and decode throughput of a model on each
 // device asked for (by default the CPU, then the GPU when one is found).
-func benchSpeed(ctx context.Context, e *env, args []string) error {
+func benchSpeed(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench speed", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "GGUF model")
 	prompt := fs.Int("prompt", 512, "prompt tokens prefilled")
@@ -64,12 +65,12 @@ func benchSpeed(ctx context.Context, e *env, args []string) error {
 	flashAttn := fs.Bool("flash-attn", false, "flash attention")
 	kv := fs.String("kv", "f16", "KV type: f16, q8_0 (needs flash attention) or f32")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	kvType, err := policy.ParseKVType(*kv)
 	if err != nil {
-		return usageError{err}
+		return cli.Usage(err)
 	}
 	toks := make([]int32, *prompt)
 	for i := range toks {
@@ -87,7 +88,7 @@ func benchSpeed(ctx context.Context, e *env, args []string) error {
 			return fmt.Errorf("device %q: %w", d, err)
 		}
 		if d == "" && r.Device == "" {
-			fmt.Fprintln(e.stderr, "bench speed: no GPU device found; only the CPU was measured")
+			fmt.Fprintln(e.Stderr, "bench speed: no GPU device found; only the CPU was measured")
 			if len(out) > 0 && out[len(out)-1].Device == "" {
 				continue
 			}
@@ -95,18 +96,18 @@ func benchSpeed(ctx context.Context, e *env, args []string) error {
 		out = append(out, r)
 	}
 	if *asJSON {
-		return json.NewEncoder(e.stdout).Encode(out)
+		return json.NewEncoder(e.Stdout).Encode(out)
 	}
-	fmt.Fprintf(e.stdout, "model %s, prompt %d tokens, %d decoded, KV %s\n", filepath.Base(*model), *prompt, *gen, kvType)
+	fmt.Fprintf(e.Stdout, "model %s, prompt %d tokens, %d decoded, KV %s\n", filepath.Base(*model), *prompt, *gen, kvType)
 	for _, r := range out {
 		where := "CPU"
 		if r.Device != "" {
 			where = fmt.Sprintf("%s (%s, %d/%d layers)", r.Device, r.Backend, r.GPULayers, r.Layers)
 		}
-		fmt.Fprintf(e.stdout, "%-36s prefill %9.1f tok/s   decode %8.1f tok/s   threads %d\n", where, r.PrefillTokS, r.DecodeTokS, r.Threads)
+		fmt.Fprintf(e.Stdout, "%-36s prefill %9.1f tok/s   decode %8.1f tok/s   threads %d\n", where, r.PrefillTokS, r.DecodeTokS, r.Threads)
 	}
 	if len(out) == 2 && out[0].PrefillTokS > 0 && out[0].DecodeTokS > 0 {
-		fmt.Fprintf(e.stdout, "ratio %s/%s: prefill %.3gx, decode %.3gx\n", nameOr(out[1].Device), nameOr(out[0].Device),
+		fmt.Fprintf(e.Stdout, "ratio %s/%s: prefill %.3gx, decode %.3gx\n", nameOr(out[1].Device), nameOr(out[0].Device),
 			out[1].PrefillTokS/out[0].PrefillTokS, out[1].DecodeTokS/out[0].DecodeTokS)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/replay"
 	"github.com/ctxd/ctxd/internal/trace"
 	"github.com/ctxd/ctxd/tools/ctxtrace"
@@ -30,13 +31,13 @@ type traceBenchResult struct {
 // benchTrace measures what ctxtrace's probes add to a replay: pairs of
 // replays on a fresh ctxd process, one without and one with ctxtrace
 // attached, interleaved so machine noise falls on both.
-func benchTrace(ctx context.Context, e *env, args []string) error {
+func benchTrace(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench trace", flag.ContinueOnError)
 	model := fs.String("model", defaultModel(), "GGUF model")
 	tracePath := fs.String("trace", filepath.Join(envOr("CTXD_TRACES", "../shared/traces"), "marshmallow-1867-default.traj"), "SWE-agent trajectory to replay")
 	pairs := fs.Int("pairs", 3, "replay pairs (without, with)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	tr, err := trace.Load(*tracePath)
@@ -62,7 +63,7 @@ func benchTrace(ctx context.Context, e *env, args []string) error {
 				res.WithoutS = append(res.WithoutS, secs)
 			}
 			if !*asJSON {
-				fmt.Fprintf(e.stderr, "pair %d, traced %v: %.2f s\n", i+1, traced, secs)
+				fmt.Fprintf(e.Stderr, "pair %d, traced %v: %.2f s\n", i+1, traced, secs)
 			}
 		}
 	}
@@ -77,9 +78,9 @@ func benchTrace(ctx context.Context, e *env, args []string) error {
 	res.ProbeCPUS = float64(cpuNs) / 1e9
 	res.ProbeCPUFrac = res.ProbeCPUS / (mean(res.WithS) * float64(len(res.WithS)))
 	if *asJSON {
-		return e.printJSON(res)
+		return e.PrintJSON(res)
 	}
-	fmt.Fprintf(e.stdout, "replay without probes %.2f s, with %.2f s (means of %d): ratio %.3f; probes' own kernel time %.3f s = %.2f%% of the traced replays (source %s)\n",
+	fmt.Fprintf(e.Stdout, "replay without probes %.2f s, with %.2f s (means of %d): ratio %.3f; probes' own kernel time %.3f s = %.2f%% of the traced replays (source %s)\n",
 		mean(res.WithoutS), mean(res.WithS), *pairs, res.Ratio, res.ProbeCPUS, 100*res.ProbeCPUFrac, res.Source)
 	if res.Source != "ebpf" {
 		return errors.New("the probes did not load (see the notices above): the ratio measures the Go-side fallback, not eBPF")

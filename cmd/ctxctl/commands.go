@@ -8,21 +8,22 @@ import (
 	"text/tabwriter"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
 )
 
-func cmdStatus(ctx context.Context, e *env, args []string) error {
+func cmdStatus(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	st, err := query(ctx, e, fs, args, func(c *client.Client) (client.Status, error) { return c.Status(ctx) })
+	st, err := cli.Query(ctx, e, fs, args, func(c *client.Client) (client.Status, error) { return c.Status(ctx) })
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return e.printJSON(st)
+		return e.PrintJSON(st)
 	}
-	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "server\t%s (up %.1fs)\n", st.ServerVersion, st.Uptime.Seconds())
 	fmt.Fprintf(w, "sessions\t%d\n", st.Sessions)
 	if m := st.Model; m != nil {
@@ -69,15 +70,15 @@ func cmdStatus(ctx context.Context, e *env, args []string) error {
 	return w.Flush()
 }
 
-func cmdExplain(ctx context.Context, e *env, args []string) error {
+func cmdExplain(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
 	id := fs.Uint64("session", 0, "session id (0: the most recently used)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	png := fs.String("png", "", "also draw the context as a PNG file: segments, classes, hot, parked, retrieved")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
-	c, err := e.dial(ctx)
+	c, err := e.Dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -90,37 +91,37 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 		if err := writeExplainPNG(ex, *png); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stderr, "picture: %s\n", *png)
+		fmt.Fprintf(e.Stderr, "picture: %s\n", *png)
 	}
 	if *asJSON {
-		return e.printJSON(ex)
+		return e.PrintJSON(ex)
 	}
-	fmt.Fprintf(e.stdout, "session %d: %d tokens resident (%d generated), compat %s\n", ex.SessionID, ex.ResidentTokens, ex.GeneratedTokens, ex.CompatKey)
+	fmt.Fprintf(e.Stdout, "session %d: %d tokens resident (%d generated), compat %s\n", ex.SessionID, ex.ResidentTokens, ex.GeneratedTokens, ex.CompatKey)
 	if cp := ex.Capacity; cp != (client.Capacity{}) {
-		fmt.Fprintf(e.stdout, "context %d tokens, %d bytes/token; %s\n", cp.ContextTokens, cp.KVBytesPerToken, cp.Reason)
+		fmt.Fprintf(e.Stdout, "context %d tokens, %d bytes/token; %s\n", cp.ContextTokens, cp.KVBytesPerToken, cp.Reason)
 	}
 	if ex.HotTokens > 0 || ex.ParkedBlocks > 0 {
-		fmt.Fprintf(e.stdout, "hot set: %d tokens hot, %d parked (%d blocks hot, %d parked, %d lost); protected %d, retrieved %d; %d evictions, %d admissions\n",
+		fmt.Fprintf(e.Stdout, "hot set: %d tokens hot, %d parked (%d blocks hot, %d parked, %d lost); protected %d, retrieved %d; %d evictions, %d admissions\n",
 			ex.HotTokens, ex.ParkedTokens, ex.HotBlocks, ex.ParkedBlocks, ex.LostBlocks,
 			ex.ProtectedTokens, ex.RetrievedTokens, ex.Evictions, ex.Admissions)
 		for _, b := range ex.Retrieved {
-			fmt.Fprintf(e.stdout, "  retrieved block %d: tokens %d..%d, %s\n", b.BlockID, b.FirstToken, b.FirstToken+b.Tokens, b.Reason)
+			fmt.Fprintf(e.Stdout, "  retrieved block %d: tokens %d..%d, %s\n", b.BlockID, b.FirstToken, b.FirstToken+b.Tokens, b.Reason)
 		}
 		if lr := ex.LastRetrieval; lr != nil {
-			fmt.Fprintf(e.stdout, "  last retrieval (turn %d, %s): query %d tokens, room %d tokens\n", lr.Turn, lr.Scorers, lr.QueryTokens, lr.BudgetTokens)
+			fmt.Fprintf(e.Stdout, "  last retrieval (turn %d, %s): query %d tokens, room %d tokens\n", lr.Turn, lr.Scorers, lr.QueryTokens, lr.BudgetTokens)
 			for _, sr := range lr.Scorer {
-				fmt.Fprintf(e.stdout, "    %s: %d blocks scored in %.2f ms, summaries %d bytes\n", sr.Name, sr.Blocks, float64(sr.Scoring.Microseconds())/1000, sr.SummaryBytes)
+				fmt.Fprintf(e.Stdout, "    %s: %d blocks scored in %.2f ms, summaries %d bytes\n", sr.Name, sr.Blocks, float64(sr.Scoring.Microseconds())/1000, sr.SummaryBytes)
 				for _, c := range sr.Top {
 					mark := ""
 					if c.Admitted {
 						mark = "  admitted"
 					}
-					fmt.Fprintf(e.stdout, "      #%d block %d: tokens %d..%d, score %.4g%s\n", c.Rank, c.BlockID, c.FirstToken, c.FirstToken+c.Tokens, c.Score, mark)
+					fmt.Fprintf(e.Stdout, "      #%d block %d: tokens %d..%d, score %.4g%s\n", c.Rank, c.BlockID, c.FirstToken, c.FirstToken+c.Tokens, c.Score, mark)
 				}
 			}
 		}
 		for _, d := range ex.Diagnostics {
-			fmt.Fprintf(e.stdout, "  note: %s\n", d)
+			fmt.Fprintf(e.Stdout, "  note: %s\n", d)
 		}
 	}
 	classes := make([]string, 0, len(ex.TokensByClass))
@@ -129,9 +130,9 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 	}
 	sort.Strings(classes)
 	for _, k := range classes {
-		fmt.Fprintf(e.stdout, "  %-12s %d tokens\n", k, ex.TokensByClass[k])
+		fmt.Fprintf(e.Stdout, "  %-12s %d tokens\n", k, ex.TokensByClass[k])
 	}
-	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "segment\tkind\tclass\tstable\tfirst\ttokens\tin engine")
 	for _, s := range ex.Segments {
 		kind := s.Kind.String()
@@ -140,7 +141,7 @@ func cmdExplain(ctx context.Context, e *env, args []string) error {
 	return w.Flush()
 }
 
-func cmdGenerate(ctx context.Context, e *env, args []string) error {
+func cmdGenerate(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("generate", flag.ContinueOnError)
 	prompt := fs.String("prompt", "", "prompt text")
 	maxTokens := fs.Int("max-tokens", 64, "tokens to generate")
@@ -149,13 +150,13 @@ func cmdGenerate(ctx context.Context, e *env, args []string) error {
 	topP := fs.Float64("top-p", 0.95, "top-p (with temperature)")
 	seed := fs.Uint64("seed", 1, "sampling seed")
 	stop := fs.String("stop", "", "stop string")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	if *prompt == "" {
-		return usageError{fmt.Errorf("--prompt is required")}
+		return cli.Usage(fmt.Errorf("--prompt is required"))
 	}
-	c, err := e.dial(ctx)
+	c, err := e.Dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func cmdGenerate(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "prompt", Kind: policy.KindUserTurn, Text: *prompt}}}
-	pctx, done := e.callProgress(ctx, "prefill")
+	pctx, done := e.CallProgress(ctx, "prefill")
 	_, err = s.EnsurePrefix(pctx, clientconv.Manifest(m))
 	if err == nil {
 		_, err = s.PrefillSuffix(pctx)
@@ -178,30 +179,30 @@ func cmdGenerate(ctx context.Context, e *env, args []string) error {
 	if *stop != "" {
 		o.Stop = []string{*stop}
 	}
-	fmt.Fprint(e.stdout, *prompt)
+	fmt.Fprint(e.Stdout, *prompt)
 	res, err := s.Decode(ctx, o, func(t client.Token) error {
-		_, err := fmt.Fprint(e.stdout, t.Piece)
+		_, err := fmt.Fprint(e.Stdout, t.Piece)
 		return err
 	})
-	fmt.Fprintln(e.stdout)
+	fmt.Fprintln(e.Stdout)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stderr, "[%d tokens, %s, %s]\n", res.Tokens, res.Reason, res.Elapsed.Round(1e5))
+	fmt.Fprintf(e.Stderr, "[%d tokens, %s, %s]\n", res.Tokens, res.Reason, res.Elapsed.Round(1e5))
 	return s.Close(ctx)
 }
 
-func cmdLoad(ctx context.Context, e *env, args []string) error {
+func cmdLoad(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("load", flag.ContinueOnError)
 	model := fs.String("model", "", "GGUF file (a path on the daemon's machine)")
 	ctxTokens := fs.Int("ctx", 0, "context tokens (0: derived)")
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
 	if *model == "" {
-		return usageError{fmt.Errorf("--model is required")}
+		return cli.Usage(fmt.Errorf("--model is required"))
 	}
-	c, err := e.dial(ctx)
+	c, err := e.Dial(ctx)
 	if err != nil {
 		return err
 	}
@@ -210,16 +211,16 @@ func cmdLoad(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "loaded %s (%s), context %d tokens: %s\n", r.Model.Path, r.Model.Description, r.Capacity.ContextTokens, r.Capacity.Reason)
+	fmt.Fprintf(e.Stdout, "loaded %s (%s), context %d tokens: %s\n", r.Model.Path, r.Model.Description, r.Capacity.ContextTokens, r.Capacity.Reason)
 	return nil
 }
 
-func cmdUnload(ctx context.Context, e *env, args []string) error {
+func cmdUnload(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("unload", flag.ContinueOnError)
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
-	c, err := e.dial(ctx)
+	c, err := e.Dial(ctx)
 	if err != nil {
 		return err
 	}

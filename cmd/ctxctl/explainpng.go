@@ -2,10 +2,11 @@ package main
 
 import (
 	"fmt"
-	"github.com/ctxd/ctxd/client"
 	"image/color"
 	"os"
 	"sort"
+
+	"github.com/ctxd/ctxd/client"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"

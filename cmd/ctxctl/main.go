@@ -9,16 +9,10 @@
 package main
 
 import (
-	"context"
-	"flag"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/ctxd/ctxd/internal/cli"
-	"github.com/ctxd/ctxd/protocol"
 )
 
 const progName = "ctxctl"
@@ -52,23 +46,7 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	global := flag.NewFlagSet("ctxctl", flag.ContinueOnError)
-	global.SetOutput(stderr)
-	e := &env{stdout: stdout, stderr: stderr}
-	global.StringVar(&e.socket, "socket", protocol.DefaultSocketPath(), "ctxd socket")
-	global.BoolVar(&e.noProgress, "no-progress", false, "no progress bars on stderr")
-	global.Usage = func() { fmt.Fprint(stderr, usage) }
-	if err := global.Parse(args); err != nil {
-		return 2
-	}
-	rest := global.Args()
-	if len(rest) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cmds := map[string]func(context.Context, *env, []string) error{
+	return cli.Main(progName, usage, map[string]cli.Command{
 		"status":   cmdStatus,
 		"explain":  cmdExplain,
 		"generate": cmdGenerate,
@@ -77,15 +55,5 @@ func run(args []string, stdout, stderr io.Writer) int {
 		"replay":   cmdReplay,
 		"snapshot": cmdSnapshot,
 		"metrics":  cmdMetrics,
-	}
-	if rest[0] == "help" || rest[0] == "-h" || rest[0] == "--help" {
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	f, ok := cmds[rest[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "ctxctl: unknown command %q\n\n%s", rest[0], usage)
-		return 2
-	}
-	return cli.ExitCode(stderr, progName, rest[0], f(ctx, e, rest[1:]))
+	}, args, stdout, stderr)
 }

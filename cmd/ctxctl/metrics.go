@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/tools/ctxtrace/hist"
 )
 
@@ -28,17 +29,17 @@ type arenaRangeJSON struct {
 // cmdMetrics prints ctxd's metrics: the Prometheus text exposition, or
 // with --json the values, the timings with percentiles and the arena's
 // address ranges.
-func cmdMetrics(ctx context.Context, e *env, args []string) error {
+func cmdMetrics(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("metrics", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON: values, timings (count, p50_us, p99_us, buckets), arena ranges")
-	m, err := query(ctx, e, fs, args, func(c *client.Client) (client.Metrics, error) {
+	m, err := cli.Query(ctx, e, fs, args, func(c *client.Client) (client.Metrics, error) {
 		return c.Metrics(ctx, client.MetricsOptions{NoText: *asJSON})
 	})
 	if err != nil {
 		return err
 	}
 	if !*asJSON {
-		_, err := io.WriteString(e.stdout, m.PrometheusText)
+		_, err := io.WriteString(e.Stdout, m.PrometheusText)
 		return err
 	}
 	out := metricsJSON{PID: m.PID, Executable: m.Executable, Values: m.Values,
@@ -50,5 +51,5 @@ func cmdMetrics(ctx context.Context, e *env, args []string) error {
 		out.ArenaRanges = append(out.ArenaRanges, arenaRangeJSON{
 			Start: fmt.Sprintf("%#x", r.Start), End: fmt.Sprintf("%#x", r.End), Path: r.Path})
 	}
-	return e.printJSON(out)
+	return e.PrintJSON(out)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/internal/cli"
 )
 
 const snapshotUsage = `usage: ctxctl snapshot save NAME [--session ID] [--json]
@@ -17,53 +18,53 @@ const snapshotUsage = `usage: ctxctl snapshot save NAME [--session ID] [--json]
        ctxctl snapshot rm NAME
        ctxctl snapshot verify [--json]`
 
-func cmdSnapshot(ctx context.Context, e *env, args []string) error {
+func cmdSnapshot(ctx context.Context, e *cli.Env, args []string) error {
 	if len(args) == 0 {
-		return usageError{errors.New(snapshotUsage)}
+		return cli.Usage(errors.New(snapshotUsage))
 	}
-	sub := map[string]func(context.Context, *env, []string) error{
+	sub := map[string]func(context.Context, *cli.Env, []string) error{
 		"save": snapshotSave, "restore": snapshotRestore, "ls": snapshotList, "rm": snapshotRemove, "verify": snapshotVerify,
 	}[args[0]]
 	if sub == nil {
-		return usageError{fmt.Errorf("unknown snapshot command %q\n%s", args[0], snapshotUsage)}
+		return cli.Usage(fmt.Errorf("unknown snapshot command %q\n%s", args[0], snapshotUsage))
 	}
 	return sub(ctx, e, args[1:])
 }
 
 // nameArg takes the NAME before or after the flags.
-func nameArg(fs *flag.FlagSet, e *env, args []string) (string, error) {
+func nameArg(fs *flag.FlagSet, e *cli.Env, args []string) (string, error) {
 	var name string
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		name, args = args[0], args[1:]
 	}
-	if err := parse(fs, e, args); err != nil {
+	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return "", err
 	}
 	if name == "" && fs.NArg() > 0 {
 		name = fs.Arg(0)
 	}
 	if name == "" {
-		return "", usageError{fmt.Errorf("a snapshot NAME is required\n%s", snapshotUsage)}
+		return "", cli.Usage(fmt.Errorf("a snapshot NAME is required\n%s", snapshotUsage))
 	}
 	return name, nil
 }
 
 // namedClient parses a snapshot command's NAME and flags and dials the
 // daemon.
-func (e *env) namedClient(ctx context.Context, fs *flag.FlagSet, args []string) (string, *client.Client, error) {
+func namedClient(ctx context.Context, e *cli.Env, fs *flag.FlagSet, args []string) (string, *client.Client, error) {
 	name, err := nameArg(fs, e, args)
 	if err != nil {
 		return "", nil, err
 	}
-	c, err := e.dial(ctx)
+	c, err := e.Dial(ctx)
 	return name, c, err
 }
 
-func snapshotSave(ctx context.Context, e *env, args []string) error {
+func snapshotSave(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("snapshot save", flag.ContinueOnError)
 	id := fs.Uint64("session", 0, "session id (0: the most recently used)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	name, c, err := e.namedClient(ctx, fs, args)
+	name, c, err := namedClient(ctx, e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -73,21 +74,21 @@ func snapshotSave(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *asJSON {
-		return e.printJSON(map[string]any{
+		return e.PrintJSON(map[string]any{
 			"name": r.Name, "session_id": r.SessionID, "tokens": r.Tokens, "blocks": r.Blocks, "new_blocks": r.NewBlocks,
 			"raw_bytes": r.RawBytes, "compressed_bytes": r.CompressedBytes, "save_ms": ms(r.Elapsed),
 		})
 	}
-	fmt.Fprintf(e.stdout, "saved %s: session %d, %d tokens in %d blocks (%d new, %.1f MiB raw → %.1f MiB written) in %.1f ms\n",
+	fmt.Fprintf(e.Stdout, "saved %s: session %d, %d tokens in %d blocks (%d new, %.1f MiB raw → %.1f MiB written) in %.1f ms\n",
 		r.Name, r.SessionID, r.Tokens, r.Blocks, r.NewBlocks, mib(r.RawBytes), mib(r.CompressedBytes), ms(r.Elapsed))
 	return nil
 }
 
-func snapshotRestore(ctx context.Context, e *env, args []string) error {
+func snapshotRestore(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("snapshot restore", flag.ContinueOnError)
 	gen := fs.Int("generate", 0, "greedy tokens to generate after the restore")
 	asJSON := fs.Bool("json", false, "print JSON")
-	name, c, err := e.namedClient(ctx, fs, args)
+	name, c, err := namedClient(ctx, e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -98,7 +99,7 @@ func snapshotRestore(ctx context.Context, e *env, args []string) error {
 	}
 	defer s.Close(context.WithoutCancel(ctx))
 	start := time.Now()
-	pctx, done := e.callProgress(ctx, "restore "+name)
+	pctx, done := e.CallProgress(ctx, "restore "+name)
 	rep, err := s.Restore(pctx, name)
 	done()
 	if err != nil {
@@ -118,39 +119,39 @@ func snapshotRestore(ctx context.Context, e *env, args []string) error {
 		text = res.Text
 	}
 	if *asJSON {
-		return e.printJSON(map[string]any{
+		return e.PrintJSON(map[string]any{
 			"name": name, "restore_ms": restoreMS, "tokens": toks, "text": text, "report": rep,
 		})
 	}
-	fmt.Fprintf(e.stdout, "restored %s: %d tokens in %.1f ms (%d blocks restored, %d tokens recomputed; %s)\n",
+	fmt.Fprintf(e.Stdout, "restored %s: %d tokens in %.1f ms (%d blocks restored, %d tokens recomputed; %s)\n",
 		name, rep.Tokens, restoreMS, rep.RestoredBlocks, rep.RecomputedTokens, rep.Choice)
 	if *gen > 0 {
-		fmt.Fprintf(e.stdout, "tokens %v\ntext %q\n", toks, text)
+		fmt.Fprintf(e.Stdout, "tokens %v\ntext %q\n", toks, text)
 	}
 	return nil
 }
 
-func snapshotList(ctx context.Context, e *env, args []string) error {
+func snapshotList(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("snapshot ls", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	r, err := query(ctx, e, fs, args, func(c *client.Client) (client.SnapshotList, error) { return c.Snapshots(ctx) })
+	r, err := cli.Query(ctx, e, fs, args, func(c *client.Client) (client.SnapshotList, error) { return c.Snapshots(ctx) })
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return e.printJSON(r)
+		return e.PrintJSON(r)
 	}
 	cs := r.Cold
 	if !cs.Enabled {
-		fmt.Fprintf(e.stdout, "SSD tier off: %s\n", cs.Unavailable)
+		fmt.Fprintf(e.Stdout, "SSD tier off: %s\n", cs.Unavailable)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "SSD tier %s: %d blocks, %.1f MiB (%.1f MiB raw) of quota %.1f MiB\n",
+	fmt.Fprintf(e.Stdout, "SSD tier %s: %d blocks, %.1f MiB (%.1f MiB raw) of quota %.1f MiB\n",
 		cs.Dir, cs.Blocks, mib(cs.Bytes), mib(cs.RawBytes), mib(cs.QuotaBytes))
 	if u := cs.Unavailable; u != "" {
-		fmt.Fprintf(e.stdout, "standing aside: %s\n", u)
+		fmt.Fprintf(e.Stdout, "standing aside: %s\n", u)
 	}
-	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "name\tcreated\tmode\ttokens\tblocks\tMiB\tcompatible")
 	for _, s := range r.Snapshots {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%.1f\t%v\n", s.Name, s.Created.Format(time.DateTime),
@@ -159,9 +160,9 @@ func snapshotList(ctx context.Context, e *env, args []string) error {
 	return w.Flush()
 }
 
-func snapshotRemove(ctx context.Context, e *env, args []string) error {
+func snapshotRemove(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("snapshot rm", flag.ContinueOnError)
-	name, c, err := e.namedClient(ctx, fs, args)
+	name, c, err := namedClient(ctx, e, fs, args)
 	if err != nil {
 		return err
 	}
@@ -172,21 +173,21 @@ func snapshotRemove(ctx context.Context, e *env, args []string) error {
 // errProblems makes snapshot verify exit non-zero when files are bad.
 var errProblems = errors.New("the SSD tier has bad files")
 
-func snapshotVerify(ctx context.Context, e *env, args []string) error {
+func snapshotVerify(ctx context.Context, e *cli.Env, args []string) error {
 	fs := flag.NewFlagSet("snapshot verify", flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
-	r, err := query(ctx, e, fs, args, func(c *client.Client) (client.ColdVerification, error) { return c.VerifyCold(ctx) })
+	r, err := cli.Query(ctx, e, fs, args, func(c *client.Client) (client.ColdVerification, error) { return c.VerifyCold(ctx) })
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		if err := e.printJSON(r); err != nil {
+		if err := e.PrintJSON(r); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintf(e.stdout, "checked %d blocks and %d snapshots: %d problems\n", r.BlocksChecked, r.SnapshotsChecked, len(r.Problems))
+		fmt.Fprintf(e.Stdout, "checked %d blocks and %d snapshots: %d problems\n", r.BlocksChecked, r.SnapshotsChecked, len(r.Problems))
 		for _, p := range r.Problems {
-			fmt.Fprintf(e.stdout, "  %s: %s: %s\n", p.Path, p.Kind, p.Error)
+			fmt.Fprintf(e.Stdout, "  %s: %s: %s\n", p.Path, p.Kind, p.Error)
 		}
 	}
 	if len(r.Problems) > 0 {

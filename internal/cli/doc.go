@@ -7,6 +7,6 @@
 // operator's ctxctl stays a small pure-Go binary; a usage error exits 2,
 // any other error 1.
 //
-// Files: env.go (Env, Dial, PrintJSON, Query), usage.go (Parse,
-// UsageError, ExitCode), progress.go (Progress, Tick, CallProgress).
+// Files: main.go (Main, Command: global flags and dispatch), env.go (Env,
+// Dial, PrintJSON, Query), usage.go (Parse, Usage, UsageError, ExitCode), progress.go (Progress, Tick, CallProgress).
 package cli

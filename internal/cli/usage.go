@@ -11,6 +11,9 @@ import (
 // missing argument): the command exits 2 instead of 1.
 type UsageError struct{ Err error }
 
+// Usage marks err as a usage error.
+func Usage(err error) error { return UsageError{Err: err} }
+
 func (u UsageError) Error() string { return u.Err.Error() }
 func (u UsageError) Unwrap() error { return u.Err }
 
