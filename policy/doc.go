@@ -5,8 +5,9 @@
 // model's window, which KV blocks are hot in the engine for a turn and at
 // which positions (PlanHotSet, EvictionOrder, LatencyHotBudget), given how
 // relevant each block is to the turn (Scorer, BM25Index, asked with what
-// the turn brings: TurnQuery, TurnRecentTokens; which scorers run:
-// ScorerSet), and where a model runs: which device (ChooseDevice), how many
+// the turn brings: TurnQuery, TurnRecentTokens; AttentionIndex over key
+// summaries sized by PlanKeySummary, asked with the turn's attention
+// queries; FuseScores combining both; which scorers run: ScorerSet), and where a model runs: which device (ChooseDevice), how many
 // layers fit its free memory with the compute buffers and the hot-set KV
 // (PlanOffload), and how many CPU threads a decode call may use beside other
 // processes (ComputeThreads).
@@ -32,7 +33,9 @@
 // (control-token spans), digest.go (canonical digests and compatibility
 // keys), invalidate.go (which edits invalidate a segment), hotset.go
 // (planning the hot set), evict.go (eviction order), query.go (the turn's
-// retrieval query), bm25.go (the lexical index), retrieval.go (block
-// scores), scorers.go (scorer names), errors.go (sentinel errors), format.go
+// retrieval query), bm25.go (the lexical index), keysummary.go (a block's
+// key summary: its size and its representative keys), attention.go (the
+// attention index), fusion.go (combining scorers), vectors.go (per-head
+// vectors from the engine), retrieval.go (block scores), scorers.go (scorer names), errors.go (sentinel errors), format.go
 // (byte sizes in messages).
 package policy
