@@ -185,12 +185,10 @@ func (c *Config) ScorerSet() (policy.ScorerSet, error) {
 	if c.Scorers == "" {
 		return defaultScorers, nil
 	}
-	s, err := policy.ParseScorerSet(c.Scorers)
-	if err == nil && s.Has(policy.ScorerAttention) {
-		return 0, fmt.Errorf("%w: the attention scorer is not implemented yet (README, \"Beyond the trained window\")", ErrScorerUnavailable)
-	}
-	return s, err
+	return policy.ParseScorerSet(c.Scorers)
 }
 
-// ErrScorerUnavailable reports a retrieval scorer this build cannot run.
+// ErrScorerUnavailable reports a retrieval scorer the loaded engine cannot
+// run (the attention scorer needs engine.QueryCapturer and
+// engine.KeyReader).
 var ErrScorerUnavailable = errors.New("retrieval scorer unavailable")

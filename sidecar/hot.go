@@ -60,6 +60,7 @@ type hotState struct {
 	tailV      int // tape index where the open tail starts
 	tailP      int // its position in the engine
 	index      *policy.BM25Index
+	attn       *policy.AttentionIndex // key summaries; nil until attention ranks (attention.go)
 	turn       int64
 	plan       *policy.HotSetPlan
 	retrieval  *retrievalReport // the last turn's retrieval, for explain
@@ -174,6 +175,7 @@ func (srv *Server) seal(sess *session) {
 	b.class, b.kind, b.segID, b.pinned = blockClass(sess.spans, b.vstart, b.vstart+n)
 	if r, err := srv.slot.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
 		b.stored = srv.arenaPut(sess, b, toks, r.Blob)
+		srv.summarizeSealed(h, b.id, r)
 	} else {
 		h.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
 	}
@@ -456,6 +458,7 @@ func (srv *Server) hotTruncate(sess *session, n int) (int, error) {
 		}
 		srv.dropCold(b)
 		h.index.Remove(b.id)
+		h.forgetSummary(b.id)
 	}
 	if len(sess.tape) > h.tailV {
 		if _, err := ectx.Remove(h.tailP, h.tailP+len(sess.tape)-h.tailV); err != nil {
@@ -505,7 +508,7 @@ func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, ne
 		if target.turn > 0 && target.turn < len(target.tokens) {
 			turn = target.tokens[target.turn:]
 		}
-		if err := srv.retrieveFor(sess, newToks, turn); err != nil {
+		if err := srv.retrieveFor(ctx, sess, newToks, turn); err != nil {
 			return r, err
 		}
 	}
@@ -521,7 +524,7 @@ func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, ne
 // retrieveFor scores the parked blocks against what the turn brings (its
 // own segments, else the new tokens; policy.TurnQuery decides), plans the
 // hot set and moves blocks accordingly.
-func (srv *Server) retrieveFor(sess *session, newToks, turn []engine.Token) error {
+func (srv *Server) retrieveFor(ctx context.Context, sess *session, newToks, turn []engine.Token) error {
 	h, hc := sess.hot, srv.slot.hot
 	if len(h.blocks) == 0 {
 		return nil
@@ -534,14 +537,21 @@ func (srv *Server) retrieveFor(sess *session, newToks, turn []engine.Token) erro
 	if hc.scorers != policy.ScorerNone {
 		query := policy.TurnQuery(policy.TurnQueryInput{Turn: turn, New: newToks, MaxTokens: hc.limit})
 		rep.queryTokens = len(query)
+		var scores []policy.BlockScore
 		if hc.scorers.Has(policy.ScorerLexical) {
 			start := time.Now()
-			scores := h.index.Score(query)
+			scores = h.index.Score(query)
 			rep.add("lexical", time.Since(start), scores, h.index.Len(), 0)
-			for _, s := range scores {
-				if b := h.find(s.ID); b != nil {
-					b.score = s.Score
-				}
+		}
+		if hc.scorers.Has(policy.ScorerAttention) {
+			var err error
+			if scores, err = srv.attentionRank(ctx, sess, query, scores, rep); err != nil {
+				return err
+			}
+		}
+		for _, s := range scores {
+			if b := h.find(s.ID); b != nil {
+				b.score = s.Score
 			}
 		}
 	}

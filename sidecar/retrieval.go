@@ -58,16 +58,13 @@ func (r *retrievalReport) wire(h *hotState) *pb.RetrievalReport {
 // on, for every session (an evaluation knob: ctxbench eval recall asks the
 // same haystack with each scorer). It waits for the engine.
 func (srv *Server) SetScorers(ctx context.Context, s policy.ScorerSet) error {
-	if s.Has(policy.ScorerAttention) {
-		cfg := Config{Scorers: s.String()}
-		if _, err := cfg.ScorerSet(); err != nil {
-			return err
-		}
-	}
 	if err := srv.slot.acquire(ctx); err != nil {
 		return err
 	}
 	defer srv.slot.release()
+	if err := checkScorers(s, srv.slot.ectx); err != nil {
+		return err
+	}
 	srv.cfg.Scorers, srv.cfg.NoRetrieval = s.String(), false
 	srv.slot.hot.scorers = s
 	return nil

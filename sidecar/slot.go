@@ -163,6 +163,11 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		}
 		return "", fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	}
+	if err := checkScorers(hc.scorers, ectx); hc.budget > 0 && err != nil {
+		ectx.Close()
+		m.Close()
+		return "", fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	costAt := 0
 	if hc.budget > 0 {
 		costAt = min(hc.limit/2, 256)
