@@ -76,6 +76,10 @@ type scorerResult struct {
 	// TopRank is how often the asked needle's block was the scorer's
 	// first candidate.
 	TopRank float64 `json:"asked_block_first"`
+	// AccOnHits is the accuracy over the asks whose needle block came
+	// back: what the model makes of a retrieved needle (beside
+	// baseline_acc), apart from what retrieval missed.
+	AccOnHits float64 `json:"acc_on_hits"`
 }
 
 // maxDenseTokens bounds the dense-attention comparison (quadratic cost).
@@ -174,6 +178,11 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 	}
 	shape := trialShape{distance: far, needles: *needles, queryTurn: *queryTurn, window: w, block: *block, sinks: 4, kind: *needleKind}
 	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, ArenaBytes: arena, NoCold: true, BlockTokens: *block, SinkTokens: 4, Threads: *threads}
+	for _, sc := range modes {
+		if sc.Has(policy.ScorerAttention) {
+			hot.Scorers = policy.ScorerBoth.String() // key summaries at seal, as a server ranking with attention keeps them
+		}
+	}
 
 	base := shape
 	base.baseline, base.distance = true, 0
@@ -240,8 +249,8 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 		fmt.Fprintf(e.Stdout, "  sinks_recent_acc  %.3f  (hot set without retrieval, %d tokens back)\n", res.SinksRecentAcc, far)
 		for _, sc := range modes {
 			f := res.Scorers[sc.String()]
-			fmt.Fprintf(e.Stdout, "  %-10s acc %.3f (%.2f × baseline)  hit rate %.2f  first %.2f  scoring %.2f ms/turn  summaries %d B\n",
-				sc, f.Acc, f.Ratio, f.HitRate, f.TopRank, f.ScoringMS, f.SummaryBytes)
+			fmt.Fprintf(e.Stdout, "  %-10s acc %.3f (%.2f × baseline)  hit rate %.2f  acc on hits %.3f  first %.2f  scoring %.2f ms/turn  summaries %d B\n",
+				sc, f.Acc, f.Ratio, f.HitRate, f.AccOnHits, f.TopRank, f.ScoringMS, f.SummaryBytes)
 		}
 		fmt.Fprintf(e.Stdout, "  retrieval_acc     %.3f  (%s, as shipped)  retrieval_hit_rate %.2f  (%.0fs, %.0fs building haystacks)\n",
 			res.RetrievalAcc, res.ShippedScorer, res.RetrievalHitRate, res.Seconds, res.BuildSeconds)
@@ -378,6 +387,7 @@ func recallScorers(ctx context.Context, e *cli.Env, cfg sidecar.Config, srcs *ne
 				for _, b := range ex.Retrieved {
 					if in(b.FirstToken, b.Tokens) {
 						f.HitRate++
+						f.AccOnHits += a
 						break
 					}
 				}
@@ -402,6 +412,9 @@ func recallScorers(ctx context.Context, e *cli.Env, cfg sidecar.Config, srcs *ne
 		n := asked[kind]
 		counts[kind] = int(n)
 		for _, f := range fs {
+			if f.HitRate > 0 {
+				f.AccOnHits /= f.HitRate
+			}
 			f.Acc, f.HitRate, f.ScoringMS, f.TopRank = f.Acc/n, f.HitRate/n, f.ScoringMS/n, f.TopRank/n
 		}
 	}

@@ -36,6 +36,7 @@ type scaleResult struct {
 	// ScoringMS is the last turn's time to score every parked block (all
 	// scorers), part of turn_ms_200k.
 	ScoringMS float64 `json:"scoring_ms_200k"`
+	Scorers   string  `json:"scorers"` // the last turn's
 }
 
 // evalScale builds a long session by streaming, then times turns on it and
@@ -49,6 +50,7 @@ func evalScale(ctx context.Context, e *cli.Env, args []string) error {
 	traces := fs.String("traces", envOr("CTXD_TRACES", "../shared/traces"), "text for the session: SWE-agent trajectories")
 	asJSON := fs.Bool("json", false, "print JSON")
 	threads := fs.Int("threads", 0, "llama.cpp threads (0: all CPUs; 1 is faster on a machine shared with other jobs)")
+	scorers := fs.String("scorers", "", "retrieval scorers: lexical, attention, both (default: ctxd's)")
 	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
@@ -63,7 +65,7 @@ func evalScale(ctx context.Context, e *cli.Env, args []string) error {
 		kv := policy.KVBytesPerToken(l.Layers, l.KVHeads, l.HeadDim, policy.KVTypeF16)
 		perToken = max(perToken, kv+kv/8)
 	}
-	cfg := sidecar.Config{ModelPath: *model, ContextTokens: *window, HotTokens: *window, Window: *window, ArenaBytes: int64(*tokens+8192) * perToken, NoCold: true, Threads: *threads}
+	cfg := sidecar.Config{ModelPath: *model, ContextTokens: *window, HotTokens: *window, Window: *window, ArenaBytes: int64(*tokens+8192) * perToken, NoCold: true, Threads: *threads, Scorers: *scorers}
 	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return err
@@ -128,6 +130,7 @@ func evalScale(ctx context.Context, e *cli.Env, args []string) error {
 	if ex, err := s.Explain(ctx); err == nil {
 		res.HotTokens, res.Parked, res.Evictions, res.Admissions = int64(ex.HotTokens), int64(ex.ParkedTokens), int64(ex.Evictions), int64(ex.Admissions)
 		if lr := ex.LastRetrieval; lr != nil {
+			res.Scorers = lr.Scorers
 			for _, sr := range lr.Scorer {
 				res.ScoringMS += float64(sr.Scoring.Microseconds()) / 1000
 			}
