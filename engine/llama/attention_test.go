@@ -430,3 +430,79 @@ func TestRangeKeysBadRanges(t *testing.T) {
 		t.Fatalf("the intact range: %v", err)
 	}
 }
+
+// TestBytesAfterMovesAreRotated: llama.cpp rotates the K of moved cells
+// only at the next llama_decode; ranges and saved sequences taken right
+// after a Shift or a moving InsertRange still hold correctly rotated K
+// (applyShifts): their keys match the unmoved ones, and the bytes decode
+// on exactly like the context they came from.
+func TestBytesAfterMovesAreRotated(t *testing.T) {
+	m := loadStories(t)
+	toks := randomTokens(12, 120, m.Facts().VocabSize)
+	c := newCtx(t, m, 2048)
+	if err := c.Decode(t.Context(), toks, 0); err != nil {
+		t.Fatal(err)
+	}
+	r0, err := c.ExtractRange(0, len(toks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k0, err := c.RangeKeys(r0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Shift(0, len(toks), 500); err != nil {
+		t.Fatal(err)
+	}
+	r1, err := c.ExtractRange(500, 500+len(toks)) // no decode in between
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, err := c.RangeKeys(r1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := headsDiff(t, k0, k1); d > f16Tolerance(t) {
+		t.Fatalf("range taken right after a shift: keys differ by %g (K not rotated yet?)", d)
+	}
+	// A moving insert, then the range at once.
+	if err := c.InsertRange(r0, 900); err != nil {
+		t.Fatal(err)
+	}
+	r2, err := c.ExtractRange(900, 900+len(toks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := c.RangeKeys(r2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := headsDiff(t, k0, k2); d > f16Tolerance(t) {
+		t.Fatalf("range taken right after a moving insert: keys differ by %g", d)
+	}
+	// A sequence saved right after a shift decodes on as the original.
+	if _, err := c.Remove(900, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Shift(500, 500+len(toks), 100); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.SaveSeq()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newCtx(t, m, 2048)
+	if err := d.LoadSeq(st); err != nil {
+		t.Fatal(err)
+	}
+	next := []engine.Token{5}
+	if err := c.Decode(t.Context(), next, 720); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Decode(t.Context(), next, 720); err != nil {
+		t.Fatal(err)
+	}
+	if !equalFloats(c.Logits(), d.Logits()) {
+		t.Fatalf("a sequence saved right after a shift decodes %g away from the original", maxDiff(c.Logits(), d.Logits()))
+	}
+}

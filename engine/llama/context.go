@@ -65,6 +65,9 @@ type Context struct {
 	threads   int // ggml threads set for the current call (0: none yet)
 	memory    engine.ContextMemory
 	evalcb    *evalState // graph callback state; nil: made without (benchmarks)
+	// shiftPending: cells were moved since the last llama_decode, so
+	// their K is not rotated yet (applyShifts).
+	shiftPending bool
 }
 
 // NewContext creates a context with n_seq_max = 2 and a unified KV buffer.
@@ -266,6 +269,7 @@ func (c *Context) decode(ctx context.Context, tokens []engine.Token, pos0 int, k
 			k.beginBatch(off, end)
 		}
 		rc := C.llama_decode(c.ctx, c.batch)
+		c.noteDecoded(rc)
 		var capErr error
 		if k != nil {
 			capErr = k.endBatch()
@@ -296,6 +300,37 @@ func (c *Context) decode(ctx context.Context, tokens []engine.Token, pos0 int, k
 	copy(c.logits, unsafe.Slice((*float32)(unsafe.Pointer(p)), len(c.logits)))
 	c.hasLogits = true
 	return nil
+}
+
+// applyShifts makes llama.cpp rotate the K of moved cells now. Shift and
+// a moving InsertRange only record the move (the cells' positions change
+// at once, their K is rotated at the start of the next llama_decode), and
+// the state bytes are written as they are: bytes taken before that decode
+// would hold new positions with K still rotated for the old ones. One
+// token decoded into the (empty) scratch sequence runs the rotation; it
+// is removed again, and the logits were already invalid after the move.
+func (c *Context) applyShifts() {
+	if !c.shiftPending {
+		return
+	}
+	c.setThreads(1)
+	c.batch.n_tokens = 1
+	C.ctxd_batch_set(&c.batch, 0, C.llama_token(max(c.model.facts.BOS, 0)), 0, engine.ScratchSeq, 1)
+	rc := C.llama_decode(c.ctx, c.batch)
+	C.llama_memory_seq_rm(c.mem, engine.ScratchSeq, -1, -1)
+	// The rotation runs before the batch looks for a cell: also a full
+	// cache (rc 1) had it applied.
+	c.noteDecoded(rc)
+	c.hasLogits = false
+}
+
+// noteDecoded records what a llama_decode returning rc did to pending
+// shifts: llama.cpp applies them before placing the batch, so they are
+// done unless the call failed or was aborted before or during them.
+func (c *Context) noteDecoded(rc C.int32_t) {
+	if rc == 0 || rc == 1 {
+		c.shiftPending = false
+	}
 }
 
 // setThreads sizes ggml's CPU threads for a batch of n tokens to the cores
@@ -341,6 +376,7 @@ func (c *Context) Clear() {
 		return
 	}
 	C.llama_memory_clear(c.mem, true)
+	c.shiftPending = false
 	c.seq.Reset()
 	c.hasLogits = false
 }
