@@ -160,10 +160,13 @@ func (x *AttentionIndex) Score(q HeadVectors) ([]BlockScore, error) {
 	scale := float32(1 / math.Sqrt(float64(dim)))
 	cols := group * q.Rows // (query head of the group, query row)
 	x.z = slices.Grow(x.z[:0], cols*n)[:cols*n]
+	keys := make([]float32, reps*dim)
 	for l := 0; l < q.Layers; l++ {
 		for g := 0; g < x.shape.KVHeads; g++ {
 			for b, s := range x.sums {
-				keys := s.Data[(l*s.Heads+g)*reps*dim:][:reps*dim]
+				for r := 0; r < reps; r++ {
+					s.Key(keys[r*dim:(r+1)*dim], l, g, r)
+				}
 				for hh := 0; hh < group; hh++ {
 					for t := 0; t < q.Rows; t++ {
 						qv := q.Vec(t, l, g*group+hh)

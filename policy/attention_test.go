@@ -22,16 +22,17 @@ func TestPlanKeySummary(t *testing.T) {
 		reps   int
 	}{
 		// 3 × 8 × 16 f16 K and V rows per token, 64 tokens: 98,304 bytes;
-		// 1/16 is 6,144 = 3 layers × 8 heads × 4 keys × 16 f32.
-		{"needle.gguf f16", needleShape, 64, KVTypeF16, DefaultKeySummaryFraction, []int{0, 1, 2}, 4},
-		{"needle.gguf f32", needleShape, 64, KVTypeF32, DefaultKeySummaryFraction, []int{0, 1, 2}, 8},
-		{"needle.gguf q8_0", needleShape, 64, KVTypeQ8_0, DefaultKeySummaryFraction, []int{0, 1, 2}, 2},
-		{"needle.gguf 128-token blocks", needleShape, 128, KVTypeF16, DefaultKeySummaryFraction, []int{0, 1, 2}, 8},
-		{"stories260K f16", AttentionShape{Layers: 5, Heads: 8, KVHeads: 4, HeadDim: 8}, 64, KVTypeF16, DefaultKeySummaryFraction, []int{0, 1, 2, 3, 4}, 4},
-		{"7B GQA f16", AttentionShape{Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128}, 64, KVTypeF16, DefaultKeySummaryFraction, seq(32), 4},
-		// 16-token blocks buy one key per layer: two keys in half the
-		// layers, spread over the depth.
-		{"small blocks: fewer layers", AttentionShape{Layers: 8, Heads: 4, KVHeads: 4, HeadDim: 8}, 16, KVTypeF16, DefaultKeySummaryFraction, []int{1, 3, 5, 7}, 2},
+		// 1/16 is 6,144 = every key of one layer: 64 tokens × 8 heads ×
+		// (8 bytes of 4-bit codes + a 4-byte scale).
+		{"needle.gguf f16", needleShape, 64, KVTypeF16, DefaultKeySummaryFraction, []int{1}, 64},
+		{"needle.gguf f32", needleShape, 64, KVTypeF32, DefaultKeySummaryFraction, []int{1, 2}, 64},
+		// q8_0 halves the budget: 34 keys per head of the middle layer.
+		{"needle.gguf q8_0", needleShape, 64, KVTypeQ8_0, DefaultKeySummaryFraction, []int{1}, 34},
+		{"needle.gguf 128-token blocks", needleShape, 128, KVTypeF16, DefaultKeySummaryFraction, []int{1}, 128},
+		{"stories260K f16", AttentionShape{Layers: 5, Heads: 8, KVHeads: 4, HeadDim: 8}, 64, KVTypeF16, DefaultKeySummaryFraction, []int{2}, 64},
+		// 68 bytes a key of 128: 15 of 32 layers, around the middle.
+		{"7B GQA f16", AttentionShape{Layers: 32, Heads: 32, KVHeads: 8, HeadDim: 128}, 64, KVTypeF16, DefaultKeySummaryFraction, seqFrom(9, 15), 64},
+		{"small blocks, more layers", AttentionShape{Layers: 8, Heads: 4, KVHeads: 4, HeadDim: 8}, 16, KVTypeF16, DefaultKeySummaryFraction, []int{4, 5}, 16},
 		{"tiny budget: one layer, one key", AttentionShape{Layers: 4, Heads: 4, KVHeads: 4, HeadDim: 8}, 1, KVTypeF16, DefaultKeySummaryFraction, []int{2}, 1},
 		{"whole block", needleShape, 4, KVTypeF32, 1, []int{0, 1, 2}, 4},
 	} {
@@ -43,7 +44,7 @@ func TestPlanKeySummary(t *testing.T) {
 			if !slices.Equal(p.Layers, tc.layers) || p.Reps != tc.reps {
 				t.Fatalf("layers %v, %d keys; want %v, %d", p.Layers, p.Reps, tc.layers, tc.reps)
 			}
-			if want := int64(len(p.Layers)*tc.shape.KVHeads*p.Reps*tc.shape.HeadDim) * 4; p.Bytes != want {
+			if want := int64(len(p.Layers)*tc.shape.KVHeads*p.Reps) * KeyVectorBytes(tc.shape.HeadDim); p.Bytes != want {
 				t.Fatalf("bytes %d, want %d", p.Bytes, want)
 			}
 		})
@@ -68,10 +69,12 @@ func TestPlanKeySummary(t *testing.T) {
 	}
 }
 
-func seq(n int) []int {
+func seq(n int) []int { return seqFrom(0, n) }
+
+func seqFrom(a, n int) []int {
 	out := make([]int, n)
 	for i := range out {
-		out[i] = i
+		out[i] = a + i
 	}
 	return out
 }
@@ -90,7 +93,7 @@ func TestPlanKeySummaryStaysInBudget(t *testing.T) {
 			t.Fatal(sh, err)
 		}
 		budget := frac * float64(KVBytesPerToken(sh.Layers, sh.KVHeads, sh.HeadDim, kv)*int64(block))
-		oneKey := float64(sh.KVHeads * sh.HeadDim * 4)
+		oneKey := float64(int64(sh.KVHeads) * KeyVectorBytes(sh.HeadDim))
 		if budget >= oneKey && float64(p.Bytes) > budget {
 			t.Fatalf("%+v block %d %v frac %g: %d bytes over the budget %.0f", sh, block, kv, frac, p.Bytes, budget)
 		}
@@ -124,37 +127,59 @@ func TestSummarizeKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []float32{2.5, 2.75, 10, 10, -1, 0} // the mean, the outlier, then the farthest from both
-	if !reflect.DeepEqual(s.Data, want) || s.Bytes() != 24 {
-		t.Fatalf("summary %v (%d bytes), want %v", s.Data, s.Bytes(), want)
+	// The mean, the outlier, then the farthest from both, each within
+	// half a quantisation step (absmax / 7 / 2).
+	checkKeys(t, s, 0, 0, [][]float32{{2.5, 2.75}, {10, 10}, {-1, 0}})
+	if s.Bytes() != 3*(1+4) {
+		t.Fatalf("%d bytes", s.Bytes())
 	}
-	// More representatives than tokens: the last pick repeats.
-	one := HeadVectors{Rows: 1, Layers: 1, Heads: 1, Dim: 2, Data: []float32{3, 4}}
-	if s, err = SummarizeKeys(one, 3); err != nil || !reflect.DeepEqual(s.Data, []float32{3, 4, 3, 4, 3, 4}) {
-		t.Fatalf("one key: %v, %v", s.Data, err)
+	// As many keys as tokens or more: all of them, in token order, the
+	// last repeated.
+	if s, err = SummarizeKeys(keys, 5); err != nil {
+		t.Fatal(err)
 	}
-	// Layers and heads are summarised apart.
+	checkKeys(t, s, 0, 0, [][]float32{{1, 0}, {0, 1}, {-1, 0}, {10, 10}, {10, 10}})
+	// Layers and heads are kept apart; a zero key stays zero.
 	r := rand.New(rand.NewSource(2))
-	v := randomVectors(r, 64, 3, 8, 16)
-	if s, err = SummarizeKeys(v, 4); err != nil {
+	v := randomVectors(r, 64, 3, 8, 15)
+	clear(v.Vec(5, 2, 7))
+	if s, err = SummarizeKeys(v, 64); err != nil {
 		t.Fatal(err)
 	}
 	for l := 0; l < 3; l++ {
 		for g := 0; g < 8; g++ {
-			for d := 0; d < 16; d++ {
-				var m float64
-				for row := 0; row < 64; row++ {
-					m += float64(v.Vec(row, l, g)[d])
-				}
-				if got := s.Data[((l*8+g)*4)*16+d]; math.Abs(float64(got)-m/64) > 1e-5 {
-					t.Fatalf("layer %d head %d dim %d: mean %g, want %g", l, g, d, got, m/64)
-				}
+			var want [][]float32
+			for row := 0; row < 64; row++ {
+				want = append(want, v.Vec(row, l, g))
 			}
+			checkKeys(t, s, l, g, want)
 		}
+	}
+	if s.Bytes() != 3*8*64*KeyVectorBytes(15) {
+		t.Fatalf("%d bytes", s.Bytes())
 	}
 	for _, bad := range []HeadVectors{{}, {Rows: 2, Layers: 1, Heads: 1, Dim: 2, Data: []float32{1}}} {
 		if _, err := SummarizeKeys(bad, 2); !errors.Is(err, ErrInvalidHotSet) {
 			t.Errorf("%+v: err %v, want ErrInvalidHotSet", bad, err)
+		}
+	}
+}
+
+// checkKeys checks that s holds want for (layer, head), each component
+// within half a 4-bit step of its vector's absmax.
+func checkKeys(t *testing.T, s KeySummary, layer, head int, want [][]float32) {
+	t.Helper()
+	got := make([]float32, s.Dim)
+	for k, w := range want {
+		s.Key(got, layer, head, k)
+		var top float64
+		for _, x := range w {
+			top = max(top, math.Abs(float64(x)))
+		}
+		for d := range w {
+			if math.Abs(float64(got[d]-w[d])) > top/14+1e-6 {
+				t.Fatalf("layer %d head %d key %d: %v, want %v", layer, head, k, got, w)
+			}
 		}
 	}
 }
@@ -275,7 +300,9 @@ func scaled(v []float32, k float32) []float32 {
 
 func TestAttentionIndexOrderAndShapes(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
-	p, _ := PlanKeySummary(needleShape, 64, KVTypeF16, DefaultKeySummaryFraction)
+	// Every layer, four keys of each 64-token block: the mean and three
+	// picked.
+	p, _ := PlanKeySummary(needleShape, 4, KVTypeF32, 1)
 	blocks := make([]HeadVectors, 40)
 	for i := range blocks {
 		blocks[i] = randomVectors(r, 64, 3, 8, 16)

@@ -85,14 +85,19 @@ func (srv *Server) attentionIndex(h *hotState) (*policy.AttentionIndex, error) {
 // summarizeSealed keeps a key summary of a block just sealed, when the
 // server ranks with attention or the session already keeps summaries.
 // A failure is noted: the block keeps its lexical score only.
-func (srv *Server) summarizeSealed(h *hotState, id uint64, r engine.Range) {
-	if !srv.slot.hot.scorers.Has(policy.ScorerAttention) && h.attn == nil {
+func (srv *Server) summarizeSealed(h *hotState, b *hotBlock, r engine.Range) {
+	if !srv.slot.hot.scorers.Has(policy.ScorerAttention) && h.attn == nil || srv.isSink(b) {
 		return
 	}
-	if err := srv.summarize(h, id, r); err != nil {
-		h.note(fmt.Sprintf("block %d has no key summary: %v", id, err))
+	if err := srv.summarize(h, b.id, r); err != nil {
+		h.note(fmt.Sprintf("block %d has no key summary: %v", b.id, err))
 	}
 }
+
+// isSink says whether b is the sinks' block. It is always hot, and its
+// first token draws attention from every query whatever the query asks
+// (an attention sink): the attention scorer leaves it out.
+func (srv *Server) isSink(b *hotBlock) bool { return b.vstart == 0 && srv.slot.hot.sinks > 0 }
 
 // summarize reads r's keys and keeps block id's summary.
 func (srv *Server) summarize(h *hotState, id uint64, r engine.Range) error {
@@ -116,7 +121,7 @@ func (srv *Server) summarize(h *hotState, id uint64, r engine.Range) error {
 func (srv *Server) summarizeMissing(h *hotState) {
 	var kv []byte
 	for _, b := range h.blocks {
-		if !b.stored || h.attn.Has(b.id) {
+		if !b.stored || h.attn.Has(b.id) || srv.isSink(b) {
 			continue
 		}
 		var err error

@@ -38,8 +38,8 @@ func TestCheckScorersNeedsEngineSupport(t *testing.T) {
 // lazily when attention is switched on later), a turn's queries are
 // probed and removed again (the engine holds exactly the hot set
 // afterwards), explain reports the attention ranking with its summary
-// memory and time, and with both scorers the fused ranking that admits
-// the needle's block.
+// memory and time and the needle's block first, and with both scorers the
+// fused ranking that admits it.
 func TestAttentionScorerRanksParkedBlocks(t *testing.T) {
 	ts := needleServer(t, Config{Threads: 1})
 	if _, _, ok := attentionEngine(ts.srv.slot.ectx); !ok {
@@ -99,12 +99,16 @@ func TestAttentionScorerRanksParkedBlocks(t *testing.T) {
 		}
 		t.Logf("%v: attention over %d blocks: %v (probe and scoring), summaries %d B; first candidate at token %d",
 			mode, att.Blocks, att.Scoring, att.SummaryBytes, att.Top[0].FirstToken)
+		// The needle sits at stream positions 41..64, in block [4, 68):
+		// the model's own queries find it among 47 blocks of random ids.
+		if top := att.Top[0]; top.FirstToken != 4 || mode == policy.ScorerAttention && !top.Admitted {
+			t.Fatalf("%v: attention candidates %+v", mode, att.Top)
+		}
 		if mode == policy.ScorerBoth {
 			fused, ok := runs["fused"]
 			if _, lex := runs["lexical"]; !ok || !lex || len(fused.Top) == 0 {
 				t.Fatalf("both: runs %v", lr.Scorer)
 			}
-			// The needle sits at stream positions 41..64, in block [4, 68).
 			if top := fused.Top[0]; top.FirstToken != 4 || !top.Admitted {
 				t.Fatalf("both: fused candidates %+v", fused.Top)
 			}

@@ -175,7 +175,7 @@ func (srv *Server) seal(sess *session) {
 	b.class, b.kind, b.segID, b.pinned = blockClass(sess.spans, b.vstart, b.vstart+n)
 	if r, err := srv.slot.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
 		b.stored = srv.arenaPut(sess, b, toks, r.Blob)
-		srv.summarizeSealed(h, b.id, r)
+		srv.summarizeSealed(h, b, r)
 	} else {
 		h.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
 	}
