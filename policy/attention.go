@@ -28,15 +28,23 @@ const (
 //
 //	z(b) = max over representatives k of q·k / √HeadDim
 //
-// and the head's attention is shared among the blocks by softmax over
-// z; a block's score is its mean share over every (t, l, h):
+// and the head's attention is shared among the blocks by softmax over z,
+// p(b | t, l, h) = exp(z(b)) / Σ_b' exp(z(b')): "how much of this head's
+// attention the block would draw if every block were in the context",
+// each head's vote counting once whatever its logits' scale. The heads of
+// a layer pool their votes (a mean: any head may be the one that looks),
+// and the query tokens must all agree (a geometric mean: the block a turn
+// asks for matches each of its last tokens, as a needle's prefix matches
+// token after token, while a block matching one token well matches the
+// rest by chance):
 //
-//	score(b) = mean over (t, l, h) of exp(z(b)) / Σ_b' exp(z(b'))
+//	score(b) = exp(mean over (t, l) of ln(mean over h of p(b | t, l, h)))
 //
-// so scores lie in (0, 1] and sum to 1 over the blocks: "how much of the
-// turn's attention this block would draw if every block were in the
-// context", with each head's vote counting once whatever its logits'
-// scale.
+// within [0, 1]. Measured on needle.gguf at 16k tokens (20 haystacks,
+// needle asked by a 64-token turn, full-precision keys of layer 1),
+// this ranked the needle's block first 20/20 times on random ids and
+// 19/20 on text, against 20/20 and 15/20 for the mean share over (t, l, h)
+// and 17/20 on text for the sum of the logits.
 //
 // It does not implement Scorer, which scores tokens: it is fed vectors
 // (Put) and asked with vectors (Score), and gives the same []BlockScore
@@ -160,6 +168,8 @@ func (x *AttentionIndex) Score(q HeadVectors) ([]BlockScore, error) {
 	scale := float32(1 / math.Sqrt(float64(dim)))
 	cols := group * q.Rows // (query head of the group, query row)
 	x.z = slices.Grow(x.z[:0], cols*n)[:cols*n]
+	// pooled[(t*Layers+l)*n+b]: the mean over heads of p(b | t, l, h).
+	pooled := make([]float64, q.Rows*q.Layers*n)
 	keys := make([]float32, reps*dim)
 	for l := 0; l < q.Layers; l++ {
 		for g := 0; g < x.shape.KVHeads; g++ {
@@ -185,19 +195,28 @@ func (x *AttentionIndex) Score(q HeadVectors) ([]BlockScore, error) {
 				for _, v := range z {
 					sum += math.Exp(float64(v - top))
 				}
+				p := pooled[((c%q.Rows)*q.Layers+l)*n:][:n]
 				for b, v := range z {
-					out[b].Score += math.Exp(float64(v-top)) / sum
+					p[b] += math.Exp(float64(v-top)) / sum / float64(x.shape.Heads)
 				}
 			}
 		}
 	}
-	votes := float64(q.Rows * q.Layers * x.shape.Heads)
+	for r := 0; r < q.Rows*q.Layers; r++ {
+		for b, p := range pooled[r*n : (r+1)*n] {
+			out[b].Score += math.Log(max(p, minShare))
+		}
+	}
 	for i := range out {
-		out[i].Score /= votes
+		out[i].Score = math.Exp(out[i].Score / float64(q.Rows*q.Layers))
 	}
 	sortScores(out)
 	return out, nil
 }
+
+// minShare floors a block's pooled share before its logarithm: a share
+// below it (an underflow) counts as this.
+const minShare = 1e-300
 
 func dot32(a, b []float32) float32 {
 	var s float32
