@@ -56,6 +56,7 @@ type AttentionIndex struct {
 	ids   []uint64 // ascending
 	sums  []KeySummary
 	z     []float32 // scratch for Score
+	tab   []float32 // scratch for Score: per query, codeTable
 }
 
 // NewAttentionIndex returns an empty index for summaries planned by plan
@@ -170,22 +171,31 @@ func (x *AttentionIndex) Score(q HeadVectors) ([]BlockScore, error) {
 	x.z = slices.Grow(x.z[:0], cols*n)[:cols*n]
 	// pooled[(t*Layers+l)*n+b]: the mean over heads of p(b | t, l, h).
 	pooled := make([]float64, q.Rows*q.Layers*n)
-	keys := make([]float32, reps*dim)
+	// Keys are not decoded: each query gets a table of its dot product
+	// with every byte of codes (two components) at every byte position,
+	// so q·k = scale × Σ over k's bytes of table[position][byte].
+	stride := (dim + 1) / 2
+	x.tab = slices.Grow(x.tab[:0], cols*stride*256)[:cols*stride*256]
 	for l := 0; l < q.Layers; l++ {
 		for g := 0; g < x.shape.KVHeads; g++ {
+			for c := 0; c < cols; c++ {
+				qv := q.Vec(c%q.Rows, l, g*group+c/q.Rows)
+				codeTable(x.tab[c*stride*256:(c+1)*stride*256], qv)
+			}
 			for b, s := range x.sums {
-				for r := 0; r < reps; r++ {
-					s.Key(keys[r*dim:(r+1)*dim], l, g, r)
-				}
-				for hh := 0; hh < group; hh++ {
-					for t := 0; t < q.Rows; t++ {
-						qv := q.Vec(t, l, g*group+hh)
-						best := float32(math.Inf(-1))
-						for r := 0; r < reps; r++ {
-							best = max(best, dot32(qv, keys[r*dim:(r+1)*dim]))
+				v0 := (l*s.Heads + g) * reps
+				codes, scales := s.Codes[v0*stride:(v0+reps)*stride], s.Scales[v0:v0+reps]
+				for c := 0; c < cols; c++ {
+					tab := x.tab[c*stride*256 : (c+1)*stride*256]
+					best := float32(math.Inf(-1))
+					for r, sc := range scales {
+						var dot float32
+						for j, code := range codes[r*stride : (r+1)*stride] {
+							dot += tab[j<<8|int(code)]
 						}
-						x.z[(hh*q.Rows+t)*n+b] = best * scale
+						best = max(best, dot*sc)
 					}
+					x.z[c*n+b] = best * scale
 				}
 			}
 			for c := 0; c < cols; c++ {
@@ -214,16 +224,40 @@ func (x *AttentionIndex) Score(q HeadVectors) ([]BlockScore, error) {
 	return out, nil
 }
 
+// codeTable fills tab[j<<8|c] with q's dot product with code byte c at
+// byte position j of a KeySummary vector (components 2j and 2j+1, low
+// nibble first, each code − 8).
+func codeTable(tab, q []float32) {
+	for j := 0; 2*j < len(q); j++ {
+		lo, hi := q[2*j], float32(0)
+		if 2*j+1 < len(q) {
+			hi = q[2*j+1]
+		}
+		t := tab[j<<8 : (j+1)<<8]
+		for c := range t {
+			t[c] = lo*float32(c&15-8) + hi*float32(c>>4-8)
+		}
+	}
+}
+
 // minShare floors a block's pooled share before its logarithm: a share
 // below it (an underflow) counts as this.
 const minShare = 1e-300
 
 func dot32(a, b []float32) float32 {
-	var s float32
-	for i := range a {
-		s += a[i] * b[i]
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
 	}
-	return s
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return s0 + s1 + s2 + s3
 }
 
 // sortScores sorts by descending score, then ascending ID.

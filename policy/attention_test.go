@@ -408,8 +408,8 @@ func TestAttentionScoreMatchesItsDefinition(t *testing.T) {
 	// exactly, so the index must give what the formula says, computed
 	// here directly: exp(mean over (t, l) of ln(mean over h of the
 	// softmax over blocks of max over keys of q·k/√d)).
-	shape := AttentionShape{Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 4}
-	plan := KeySummaryPlan{Layers: []int{0, 2}, Reps: 5, Bytes: 2 * 2 * 5 * KeyVectorBytes(4)}
+	shape := AttentionShape{Layers: 3, Heads: 4, KVHeads: 2, HeadDim: 5} // odd: the last code byte holds one component
+	plan := KeySummaryPlan{Layers: []int{0, 2}, Reps: 5, Bytes: 2 * 2 * 5 * KeyVectorBytes(5)}
 	r := rand.New(rand.NewSource(9))
 	for trial := 0; trial < 20; trial++ {
 		x, err := NewAttentionIndex(shape, plan)
@@ -419,19 +419,19 @@ func TestAttentionScoreMatchesItsDefinition(t *testing.T) {
 		const blocks = 7
 		var all []HeadVectors
 		for b := 0; b < blocks; b++ {
-			k := HeadVectors{Rows: 5, Layers: 2, Heads: 2, Dim: 4, LayerIDs: plan.Layers, Data: make([]float32, 5*2*2*4)}
-			for v := 0; v < len(k.Data); v += 4 {
-				for d := 0; d < 4; d++ {
+			k := HeadVectors{Rows: 5, Layers: 2, Heads: 2, Dim: 5, LayerIDs: plan.Layers, Data: make([]float32, 5*2*2*5)}
+			for v := 0; v < len(k.Data); v += 5 {
+				for d := 0; d < 5; d++ {
 					k.Data[v+d] = float32(r.Intn(15) - 7)
 				}
-				k.Data[v+r.Intn(4)] = 7
+				k.Data[v+r.Intn(5)] = 7
 			}
 			all = append(all, k)
 			if err := x.Put(uint64(10+b), k); err != nil {
 				t.Fatal(err)
 			}
 		}
-		q := randomVectors(r, 3, 2, 4, 4)
+		q := randomVectors(r, 3, 2, 4, 5)
 		q.LayerIDs = plan.Layers
 		got, err := x.Score(q)
 		if err != nil {
@@ -451,7 +451,7 @@ func TestAttentionScoreMatchesItsDefinition(t *testing.T) {
 							for d, v := range q.Vec(tt, l, h) {
 								dot += float64(v) * float64(k.Vec(row, l, h/2)[d])
 							}
-							z[b] = max(z[b], dot/2)
+							z[b] = max(z[b], dot/math.Sqrt(5))
 						}
 						sum += math.Exp(z[b])
 					}
@@ -468,6 +468,29 @@ func TestAttentionScoreMatchesItsDefinition(t *testing.T) {
 			if w := math.Exp(want[g.ID-10]); math.Abs(g.Score-w) > 1e-5*w {
 				t.Fatalf("trial %d block %d: score %g, want %g", trial, g.ID, g.Score, w)
 			}
+		}
+	}
+}
+
+// BenchmarkAttentionScore200k scores 3,125 blocks (200k tokens of 64-token
+// blocks) on needle.gguf's shape and plan: what a turn at 200k costs.
+func BenchmarkAttentionScore200k(b *testing.B) {
+	r := rand.New(rand.NewSource(1))
+	p, _ := PlanKeySummary(needleShape, 64, KVTypeF16, DefaultKeySummaryFraction)
+	x, _ := NewAttentionIndex(needleShape, p)
+	for i := 0; i < 3125; i++ {
+		k := randomVectors(r, 64, len(p.Layers), 8, 16)
+		k.LayerIDs = p.Layers
+		if err := x.Put(uint64(i), k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	q := randomVectors(r, AttentionQueryRows, len(p.Layers), 8, 16)
+	q.LayerIDs = p.Layers
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := x.Score(q); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

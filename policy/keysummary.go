@@ -118,12 +118,14 @@ func (s KeySummary) Key(dst []float32, layer, head, rep int) {
 	v := (layer*s.Heads+head)*s.Reps + rep
 	stride := (s.Dim + 1) / 2
 	codes, sc := s.Codes[v*stride:(v+1)*stride], s.Scales[v]
-	for d := range dst {
-		c := codes[d/2]
-		if d%2 == 1 {
-			c >>= 4
-		}
+	d := 0
+	for _, c := range codes[:s.Dim/2] {
 		dst[d] = float32(int(c&15)-8) * sc
+		dst[d+1] = float32(int(c>>4)-8) * sc
+		d += 2
+	}
+	if d < s.Dim {
+		dst[d] = float32(int(codes[d/2]&15)-8) * sc
 	}
 }
 
