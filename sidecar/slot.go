@@ -164,9 +164,14 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		return "", fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	}
 	if err := checkScorers(hc.scorers, ectx); hc.budget > 0 && err != nil {
-		ectx.Close()
-		m.Close()
-		return "", fmt.Errorf("%w: %w", ErrConfig, err)
+		if o.cfg.Scorers != "" {
+			ectx.Close()
+			m.Close()
+			return "", fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		// The default asks for what this engine lacks: lexical alone.
+		hc.scorers = policy.ScorerLexical
+		o.log("retrieval ranks with the lexical scorer only", "reason", err)
 	}
 	costAt := 0
 	if hc.budget > 0 {
