@@ -178,11 +178,16 @@ func (srv *Server) attentionRank(ctx context.Context, sess *session, query []eng
 		return lex, nil
 	}
 	srv.summarizeMissing(h)
+	t1 := time.Now()
 	q, err := srv.probeQueries(ctx, sess, query, x.Plan().Layers)
 	if err == nil {
+		t2 := time.Now()
 		var scores []policy.BlockScore
 		if scores, err = x.Score(q); err == nil {
-			rep.add("attention", time.Since(start), scores, x.Len(), x.Bytes())
+			took := time.Since(start)
+			srv.log.Debug("attention scorer", "session", sess.id, "blocks", x.Len(), "summary_bytes", x.Bytes(),
+				"lazy_summaries", t1.Sub(start), "probe", t2.Sub(t1), "scoring", took-t2.Sub(start))
+			rep.add("attention", took, scores, x.Len(), x.Bytes())
 			if lex == nil {
 				return scores, nil
 			}
