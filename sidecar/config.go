@@ -53,8 +53,10 @@ type Config struct {
 	ArenaBytes   int64  // host-RAM arena budget; 0 = a quarter of available RAM
 	MetricsAddr  string // --metrics-addr: serve /metrics over HTTP here ("" = off)
 
-	// Scorers ranks parked blocks for retrieval: "lexical" (the default),
-	// "attention", "both" or "none" (like NoRetrieval).
+	// Scorers ranks parked blocks for retrieval: "both" (the default:
+	// lexical and attention, fused; lexical alone on an engine without
+	// the attention contracts), "lexical", "attention" or "none" (like
+	// NoRetrieval).
 	Scorers string
 
 	// The SSD tier (snapshots, cross-session resume).
@@ -173,8 +175,10 @@ func DefaultDataDir() string {
 	return filepath.Join(os.TempDir(), fmt.Sprintf("ctxd-state-%d", os.Getuid()))
 }
 
-// defaultScorers ranks parked blocks when Config.Scorers is empty.
-const defaultScorers = policy.ScorerLexical
+// defaultScorers ranks parked blocks when Config.Scorers is empty: both
+// scorers, fused, which found every text needle lexical alone found and
+// more (docs/BENCHMARKS.md, "Recall").
+const defaultScorers = policy.ScorerBoth
 
 // ScorerSet resolves Scorers and NoRetrieval: the scorers a server with
 // this configuration ranks parked blocks with.

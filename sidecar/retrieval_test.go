@@ -57,7 +57,7 @@ func TestTextNeedleComesBackFromTextHaystack(t *testing.T) {
 	// One thread: llama.cpp's threads wait for each other by spinning,
 	// which on a machine shared with other jobs costs far more than a
 	// second thread gains on a model this small.
-	ts := needleServer(t, Config{Threads: 1})
+	ts := needleServer(t, Config{Threads: 1, Scorers: "lexical"})
 	c := dial(t, ts)
 	ctx := context.Background()
 	rng := rand.New(rand.NewSource(11))

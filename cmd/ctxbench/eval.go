@@ -93,7 +93,8 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 	needleSrc := fs.String("needle-source", "", "text for text needles and query turns: files, comma-separated, none of them in --haystack")
 	queryTurn := fs.Int("query-turn", 0, "ask with a user turn of this many tokens of --needle-source text ending with the needle's first 4 tokens (0: the 4 tokens alone)")
 	needles := fs.Int("needles", 0, "needles at different depths; one of them is asked (0: 1; with --needle both, pairs in adjacent blocks, every one asked; 0: 2)")
-	scorerList := fs.String("scorers", "lexical", "retrieval scorers to measure on the same haystacks, comma-separated (lexical, attention, both); sinks+recent is always measured")
+	shipped, _ := (&sidecar.Config{}).ScorerSet()
+	scorerList := fs.String("scorers", shipped.String(), "retrieval scorers to measure on the same haystacks, comma-separated (lexical, attention, both); sinks+recent is always measured")
 	block := fs.Int("block", 64, "the server's block size (tokens)")
 	windows := fs.Int("distance-windows", 64, "trained windows of haystack between the needle and the query")
 	trials := fs.Int("trials", 20, "needle placements to average over")
@@ -161,7 +162,6 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 	far := *windows * w
 	kv := facts.KVBytesPerToken(policy.KVTypeF16)
 	arena := int64(far+4*w) * kv * 2
-	shipped, _ := (&sidecar.Config{}).ScorerSet()
 	kinds := []bool{*needleKind == "text"}
 	if *needleKind == "both" {
 		kinds = []bool{false, true}

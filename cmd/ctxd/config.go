@@ -105,7 +105,7 @@ func newConfig() *config {
 		bind("sinks", "with hot: attention-sink tokens kept hot (0: none, a plain sliding window)", &sc.SinkTokens, intCodec, nonNegative),
 		bind("recent", "with hot: recent-window tokens kept hot (0: a quarter of hot)", &sc.RecentTokens, intCodec, nonNegative),
 		bind("no-retrieval", "with hot: keep only sinks, pinned and recent tokens (baseline)", &sc.NoRetrieval, boolCodec, nil),
-		bind("scorers", "with hot: how parked blocks are ranked for retrieval: lexical (the default), attention, both or none", &sc.Scorers, stringCodec, nil),
+		bind("scorers", "with hot: how parked blocks are ranked for retrieval: both (the default: lexical and the model's attention, fused), lexical, attention or none", &sc.Scorers, stringCodec, nil),
 		bind("arena-bytes", "with hot: host-RAM arena budget in bytes (0: a quarter of available RAM)", &sc.ArenaBytes, int64Codec, nonNegative),
 		bind("no-cold", "run without the SSD tier: no snapshots, no cross-session resume", &sc.NoCold, boolCodec, nil),
 		bind("cold-dir", "SSD tier folder (empty: DATA-DIR/cold)", &sc.ColdDir, pathCodec, nil),
