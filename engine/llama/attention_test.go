@@ -254,12 +254,21 @@ func TestDecodeCaptureCancelAndBadArguments(t *testing.T) {
 // TestRangeKeysAreTheKeys: the keys RangeKeys reads out of the KV bytes
 // are the pre-RoPE keys the graph computed (captured with the same
 // callback as the queries, from the tensors named Kcur), within the f16
-// rounding of the cache, at position 0 and far from it.
+// rounding of the cache, at position 0 and far from it, with V stored
+// transposed and (flash attention) not.
 func TestRangeKeysAreTheKeys(t *testing.T) {
 	m := loadStories(t)
 	vocab := m.Facts().VocabSize
-	for _, pos0 := range []int{0, 1500} {
-		c := newCtx(t, m, 2048)
+	for _, tc := range []struct {
+		pos0  int
+		flash bool // V not transposed in the blob
+	}{{0, false}, {1500, false}, {700, true}} {
+		pos0 := tc.pos0
+		c, err := m.newContext(engine.ContextOptions{ContextTokens: 2048, BatchTokens: 64, DecodeThreads: 1, FlashAttention: tc.flash})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
 		if pos0 > 0 {
 			if err := c.Decode(t.Context(), randomTokens(8, 100, vocab), pos0-100); err != nil {
 				t.Fatal(err)
@@ -282,7 +291,7 @@ func TestRangeKeysAreTheKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := headsDiff(t, want, got)
-		t.Logf("pos0 %d: RangeKeys vs captured pre-RoPE K: max relative difference %.2g", pos0, d)
+		t.Logf("pos0 %d flash %v: RangeKeys vs captured pre-RoPE K: max relative difference %.2g", pos0, tc.flash, d)
 		if d > f16Tolerance(t) {
 			t.Fatalf("pos0 %d: keys differ by %g", pos0, d)
 		}
