@@ -38,12 +38,12 @@
 // 64-token batch of stories260K or needle.gguf decodes within 1 % of a
 // context without the callback). DecodeCapture arms it for the batches
 // holding the wanted tokens; it copies, per wanted layer, the rows of the
-// last tensor named "Qcur-<il>" that is not a RoPE result (the projection,
-// or its sum with the bias) and checks that the RoPE node of that name
-// reads exactly that tensor, so what comes back is what RoPE rotates; a
-// graph that does not match (another architecture's naming, a norm
-// between projection and RoPE) gives ErrInvalidArgument, not wrong
-// vectors. The capture changes nothing of the decode (same KV bytes, same
+// last tensor named "Qcur-<il>" or "Qcur_normed-<il>" that is not a RoPE
+// result (the projection, its sum with the bias, a per-head norm as in
+// Qwen3) and checks that the RoPE node "Qcur-<il>" reads exactly that
+// tensor, so what comes back is what RoPE rotates; a graph that does not
+// match (another architecture's naming, an unnamed op before RoPE) gives
+// ErrInvalidArgument, not wrong vectors. The capture changes nothing of the decode (same KV bytes, same
 // logits). RangeKeys reads K from a range blob made by ExtractRange (the
 // llama_state_seq layout: cells in KV order, so rows are put in position
 // order; token-major blobs from TokenMajor move V only, but RangeKeys

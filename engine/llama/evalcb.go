@@ -12,10 +12,12 @@ package llama
 // one context. The callback is attached when the context is created and
 // answers "no" at once while armed is 0, so a plain decode pays one
 // indirect call per graph node. Armed, it copies the rows of the tensors
-// named "<prefix>-<layer>" that are not RoPE results (the projection, then
-// its bias) and checks, when the RoPE node of that name is reached, that
-// its input is the tensor copied last: what was captured is exactly what
-// RoPE rotates. It runs on the thread that called llama_decode.
+// named "<prefix>-<layer>" or "<prefix>_normed-<layer>" that are not RoPE
+// results (the projection, its bias sum, its per-head norm) and checks,
+// when the RoPE node named "<prefix>-<layer>" is reached, that its input
+// is the tensor copied last: what was captured is exactly what RoPE
+// rotates. Tensors of those names after that RoPE are ignored. It runs on
+// the thread that called llama_decode.
 struct ctxd_capture {
 	int32_t armed;
 	char prefix[16];
@@ -82,11 +84,15 @@ static void ctxd_capture_begin_ubatch(struct ctxd_capture *c, int32_t ub_tokens,
 	c->armed = t0 < t1;
 }
 
-// ctxd_capture_layer parses "<prefix>-<il>" and returns il when the layer
-// is wanted, else -1.
+// ctxd_capture_layer parses "<prefix>-<il>" or "<prefix>_normed-<il>"
+// (Qwen3, Gemma: the per-head norm RoPE then rotates) and returns il when
+// the layer is wanted, else -1.
 static int ctxd_capture_layer(const struct ctxd_capture *c, const char *name) {
-	if (strncmp(name, c->prefix, c->prefix_len) != 0 || name[c->prefix_len] != '-') return -1;
-	const char *p = name + c->prefix_len + 1;
+	if (strncmp(name, c->prefix, c->prefix_len) != 0) return -1;
+	const char *p = name + c->prefix_len;
+	if (strncmp(p, "_normed", 7) == 0) p += 7;
+	if (*p != '-') return -1;
+	p++;
 	if (*p < '0' || *p > '9') return -1;
 	int il = 0;
 	for (; *p; p++) {
@@ -155,7 +161,7 @@ static bool ctxd_eval_cb(struct ggml_tensor *t, bool ask, void *data) {
 	struct ctxd_capture *c = data;
 	if (!c->armed) return false;
 	int il = ctxd_capture_layer(c, t->name);
-	if (il < 0) return false;
+	if (il < 0 || c->verified[il]) return false; // after RoPE: not ours (Llama 4 norms then)
 	if (t->op == GGML_OP_ROPE) {
 		if (ask) {
 			const struct ggml_tensor *src = t->src[0];
