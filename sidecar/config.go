@@ -87,8 +87,8 @@ func DefaultConfig() Config {
 		MaxFrame:         protocol.DefaultMaxFrame,
 		HandshakeTimeout: 10 * time.Second,
 		MaxConns:         256,
-		BlockTokens:      64,
-		SinkTokens:       4,
+		BlockTokens:      policy.DefaultHotBlockTokens,
+		SinkTokens:       policy.DefaultSinkTokens,
 		IdleSnapshot:     60 * time.Second,
 		AutoSnapshots:    8,
 		TurnLatency:      120 * time.Second,
@@ -136,8 +136,11 @@ func (c *Config) fill() error {
 	if c.ContextTokens < 0 {
 		return fmt.Errorf("%w: --ctx %d", ErrConfig, c.ContextTokens)
 	}
-	if (c.HotTokens < 0 && c.HotTokens != HotAuto) || c.Window < 0 || c.BlockTokens < 0 || c.SinkTokens < 0 || c.RecentTokens < 0 || c.ArenaBytes < 0 {
-		return fmt.Errorf("%w: negative hot-set setting", ErrConfig)
+	if err := c.hotLimitsInput().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.ArenaBytes < 0 {
+		return fmt.Errorf("%w: negative arena budget %d", ErrConfig, c.ArenaBytes)
 	}
 	if _, err := c.ScorerSet(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -149,6 +152,14 @@ func (c *Config) fill() error {
 		return fmt.Errorf("%w: --gpu-layers %d", ErrConfig, c.GPULayers)
 	}
 	return nil
+}
+
+// hotLimitsInput is the hot-set part of c for policy.ResolveHotLimits,
+// which holds the defaults, validation and floor; the model's facts are
+// the caller's to add.
+func (c *Config) hotLimitsInput() policy.HotLimitsInput {
+	return policy.HotLimitsInput{HotTokens: c.HotTokens, Auto: c.HotTokens == HotAuto, Window: c.Window,
+		BlockTokens: c.BlockTokens, SinkTokens: c.SinkTokens, NoSinks: c.NoSinks, RecentTokens: c.RecentTokens}
 }
 
 // HotAuto as Config.HotTokens derives the hot budget from the model and
