@@ -76,8 +76,7 @@ type hotConfig struct {
 	block, sinks, recent  int
 	reserve               int              // room kept after a turn's new tokens for decoding
 	scorers               policy.ScorerSet // policy.ScorerNone: retrieval off
-	maxRetrieved          int
-	noShift               bool // the model cannot shift: hot set off, dense fallback
+	noShift               bool             // the model cannot shift: hot set off, dense fallback
 }
 
 // limits are hc's token limits as policy sees them.
@@ -544,7 +543,7 @@ func (srv *Server) retrieveFor(sess *session, newToks, turn []engine.Token) erro
 	}
 	in := policy.HotSetInput{
 		HotBudget: hc.limit, SinkTokens: hc.sinks, RecentTokens: policy.TurnRecentTokens(hc.recent, len(newToks)), SuffixTokens: suffix,
-		TrainedWindow: hc.window, MaxRetrieved: hc.maxRetrieved, MinScore: math.SmallestNonzeroFloat64,
+		TrainedWindow: hc.window, MinScore: math.SmallestNonzeroFloat64,
 	}
 	if hc.scorers == policy.ScorerNone {
 		in.MinScore = math.Inf(1) // nothing is retrieved

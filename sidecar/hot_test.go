@@ -188,7 +188,11 @@ func TestNeedleRecallNeedsRetrieval(t *testing.T) {
 	const trials = 5
 	var with, without float64
 	for _, noRetrieval := range []bool{false, true} {
-		ts := needleServer(t, Config{NoRetrieval: noRetrieval})
+		cfg := Config{}
+		if noRetrieval {
+			cfg.Scorers = policy.ScorerNone.String()
+		}
+		ts := needleServer(t, cfg)
 		c := dial(t, ts)
 		rng := rand.New(rand.NewSource(7))
 		hits := 0

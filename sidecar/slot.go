@@ -357,6 +357,6 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 	if l.Budget == 0 {
 		return hotConfig{}, nil // too small a window or memory for a hot set: dense
 	}
-	hc := hotConfig{scorers: scorers, maxRetrieved: cfg.MaxRetrieved}.withLimits(l)
+	hc := hotConfig{scorers: scorers}.withLimits(l)
 	return hc, nil
 }
