@@ -435,8 +435,21 @@ func TestRangeKeysBadRanges(t *testing.T) {
 	if !bytes.Equal(r.Blob, orig) {
 		t.Fatal("RangeKeys wrote to the range")
 	}
-	if _, err := c.RangeKeys(r, nil); err != nil {
+	want, err := c.RangeKeys(r, nil)
+	if err != nil {
 		t.Fatalf("the intact range: %v", err)
+	}
+	// TokenMajor rewrites V only: the same keys come out.
+	tm, changed := TokenMajor(r.Blob)
+	if !changed {
+		t.Fatal("TokenMajor changed nothing (no transposed V?)")
+	}
+	got, err := c.RangeKeys(engine.Range{Pos0: r.Pos0, Count: r.Count, Blob: tm}, nil)
+	if err != nil {
+		t.Fatalf("token-major range: %v", err)
+	}
+	if !equalFloats(want.Data, got.Data) {
+		t.Fatal("a token-major range gives other keys")
 	}
 }
 

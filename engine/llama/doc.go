@@ -37,24 +37,27 @@
 // plain Decode pays one indirect call per graph node (not measurable: a
 // 64-token batch of stories260K or needle.gguf decodes within 1 % of a
 // context without the callback). DecodeCapture arms it for the batches
-// holding the wanted tokens; it copies, per wanted layer, the rows of the
+// holding the wanted tokens; per wanted layer it copies the rows of the
 // last tensor named "Qcur-<il>" or "Qcur_normed-<il>" that is not a RoPE
 // result (the projection, its sum with the bias, a per-head norm as in
 // Qwen3) and checks that the RoPE node "Qcur-<il>" reads exactly that
-// tensor, so what comes back is what RoPE rotates; a graph that does not
-// match (another architecture's naming, an unnamed op before RoPE) gives
-// ErrInvalidArgument, not wrong vectors. The capture changes nothing of the decode (same KV bytes, same
-// logits). RangeKeys reads K from a range blob made by ExtractRange (the
-// llama_state_seq layout: cells in KV order, so rows are put in position
-// order; token-major blobs from TokenMajor move V only, but RangeKeys
-// takes ExtractRange's bytes as they are) in any K type ggml converts to
-// f32 (f16, f32, q8_0, …), and undoes RoPE at each cell's position with
-// the model's parameters: rope type NORM or NEOX (or none), n_rot from
-// rope.dimension_count, freq_base from rope.freq_base (llama.cpp's default
-// 10000), freq_scale from llama_model_rope_freq_scale_train (linear
-// scaling), and Llama 3's per-pair frequency divisors (rope_freqs.weight).
-// The angles are computed as ggml's CPU kernel computes them (float32);
-// YaRN, LongRoPE, multi-section/vision RoPE and an attention factor are
+// tensor, so what comes back is what RoPE rotates. A graph that does not
+// match (another naming, an unnamed op before RoPE) gives
+// ErrInvalidArgument, never wrong vectors. Capturing changes nothing of
+// the decode (same KV bytes, same logits).
+//
+// RangeKeys reads K from a range blob made by ExtractRange (the
+// llama_state_seq layout, cells in KV order: rows are put in position
+// order; TokenMajor rewrites V only and reads the same) in any K type
+// ggml converts to f32 (f16, f32, q8_0, …), and undoes RoPE at each
+// cell's stored position with the model's parameters: rope type NORM or
+// NEOX (or none), n_rot from rope.dimension_count, freq_base from
+// rope.freq_base (llama.cpp's default 10000), freq_scale from
+// llama_model_rope_freq_scale_train (linear scaling), and Llama 3's
+// per-pair frequency divisors (rope_freqs.weight). The angles are
+// computed as ggml's CPU kernel computes them (float32), so keys match
+// the graph's pre-RoPE K within the f16 rounding of the cache. YaRN,
+// LongRoPE, multi-section or vision RoPE and an attention factor are
 // refused with ErrInvalidArgument.
 //
 // Files: cgo.go (cgo flags, llama.cpp's log), backend.go (loading GPU
