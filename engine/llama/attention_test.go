@@ -185,6 +185,21 @@ func TestQueriesArePositionFree(t *testing.T) {
 	}
 }
 
+// errAfter is a context whose Err turns to Canceled after n calls: a
+// cancellation at a known point of a decode (Decode asks once before the
+// first batch, then after each).
+type errAfter struct {
+	context.Context
+	n int
+}
+
+func (e *errAfter) Err() error {
+	if e.n--; e.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
 func TestDecodeCaptureCancelAndBadArguments(t *testing.T) {
 	m := loadStories(t)
 	c := newCtx(t, m, 512)
@@ -197,15 +212,14 @@ func TestDecodeCaptureCancelAndBadArguments(t *testing.T) {
 	if c.Used() != 0 {
 		t.Fatalf("Used = %d after a cancelled capture", c.Used())
 	}
-	// Cancelled while llama.cpp runs: the abort callback fires between
-	// graph nodes or batches.
-	ctx, cancel = context.WithCancel(context.Background())
+	// Cancelled between batches, after the capture's first rows (the last
+	// 100 of 448 tokens start in the sixth batch of 64) were copied.
 	long := randomTokens(7, 448, m.Facts().VocabSize)
-	go func() { cancel() }()
-	if _, err := c.DecodeCapture(ctx, long, 0, 10, nil); err != nil && !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled during: err = %v", err)
-	} else if err != nil && c.Used() != 0 {
-		t.Fatalf("Used = %d after a capture cancelled during decode", c.Used())
+	if _, err := c.DecodeCapture(&errAfter{Context: t.Context(), n: 6}, long, 0, 100, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled between batches: err = %v", err)
+	}
+	if c.Used() != 0 {
+		t.Fatalf("Used = %d after a capture cancelled between batches", c.Used())
 	}
 	c.Clear()
 	for _, tc := range []struct {
