@@ -541,4 +541,24 @@ func TestBytesAfterMovesAreRotated(t *testing.T) {
 	if !equalFloats(c.Logits(), d.Logits()) {
 		t.Fatalf("a sequence saved right after a shift decodes %g away from the original", maxDiff(c.Logits(), d.Logits()))
 	}
+	// A full cache has no cell for the token that runs the rotation; the
+	// rotation runs all the same (before the batch looks for a cell).
+	full := newCtx(t, m, len(toks))
+	if err := full.Decode(t.Context(), toks, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := full.Shift(0, len(toks), 300); err != nil {
+		t.Fatal(err)
+	}
+	r3, err := full.ExtractRange(300, 300+len(toks))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k3, err := full.RangeKeys(r3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := headsDiff(t, k0, k3); d > f16Tolerance(t) || full.shiftPending {
+		t.Fatalf("full cache: keys after a shift differ by %g (pending %v)", d, full.shiftPending)
+	}
 }
