@@ -31,7 +31,7 @@ struct ctxd_capture {
 	int32_t ub_tokens;                // tokens in the ubatch being computed
 	int32_t t0, t1;                   // tokens of the ubatch to copy
 	int32_t row0;                     // output row of token t0
-	float *out;                       // [rows][n_slots][row_floats]
+	float *out;                       // [rows][n_slots][row_floats] (pinned Go memory)
 	float *scratch;                   // [ub_tokens][row_floats]
 	int32_t err;                      // first problem (CTXD_CAP_ERR_*)
 	int32_t err_layer;
@@ -188,6 +188,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/ctxd/ctxd/engine"
@@ -217,11 +218,13 @@ type captureSpec struct {
 	Last   int
 }
 
-// capture is one capturing decode in progress: the C buffers it fills.
+// capture is one capturing decode in progress. The callback writes the
+// rows straight into out, a Go slice pinned for the call.
 type capture struct {
 	c     *C.struct_ctxd_capture
 	spec  captureSpec
-	rowF  int // floats per (row, layer)
+	out   []float32
+	pin   runtime.Pinner
 	total int // last tokens of the call: rows of the output
 	nTok  int // tokens of the call
 }
@@ -234,16 +237,13 @@ func (c *Context) startCapture(s captureSpec, n, ub int) (*capture, error) {
 		return nil, fmt.Errorf("%w: context made without the graph callback", engine.ErrInvalidArgument)
 	}
 	rowF := s.Heads * c.model.facts.HeadDim
-	outBytes := C.size_t(s.Last * len(s.Layers) * rowF * 4)
-	cc.out = (*C.float)(C.malloc(outBytes))
+	k := &capture{c: cc, spec: s, total: s.Last, nTok: n, out: make([]float32, s.Last*len(s.Layers)*rowF)}
 	cc.scratch = (*C.float)(C.malloc(C.size_t(ub * rowF * 4)))
-	if cc.out == nil || cc.scratch == nil {
-		C.free(unsafe.Pointer(cc.out))
-		C.free(unsafe.Pointer(cc.scratch))
-		cc.out, cc.scratch = nil, nil
-		return nil, fmt.Errorf("%w: no memory for a capture of %d bytes", engine.ErrContextFull, int(outBytes))
+	if cc.scratch == nil {
+		return nil, fmt.Errorf("%w: no memory for a capture of %d rows of %d values", engine.ErrContextFull, ub, rowF)
 	}
-	C.memset(unsafe.Pointer(cc.out), 0, outBytes)
+	k.pin.Pin(&k.out[0])
+	cc.out = (*C.float)(unsafe.Pointer(&k.out[0]))
 	p := C.CString(s.Prefix)
 	C.ctxd_capture_set_prefix(cc, p)
 	C.free(unsafe.Pointer(p))
@@ -258,7 +258,7 @@ func (c *Context) startCapture(s captureSpec, n, ub int) (*capture, error) {
 	cc.row_floats = C.int64_t(rowF)
 	cc.err = 0
 	cc.copies = 0
-	return &capture{c: cc, spec: s, rowF: rowF, total: s.Last, nTok: n}, nil
+	return k, nil
 }
 
 // beginBatch arms the capture for the ubatch of tokens [off,end) of the
@@ -301,22 +301,19 @@ func (k *capture) endBatch() error {
 	return nil
 }
 
-// finish copies the captured rows out (in HeadVectors order: row, layer,
-// head, dim) and frees the C buffers.
+// finish returns the captured rows (in HeadVectors order: row, layer,
+// head, dim) and releases the capture.
 func (k *capture) finish() []float32 {
-	n := k.total * len(k.spec.Layers) * k.rowF
-	out := make([]float32, n)
-	copy(out, unsafe.Slice((*float32)(unsafe.Pointer(k.c.out)), n))
 	k.abandon()
-	return out
+	return k.out
 }
 
-// abandon disarms the callback and frees the C buffers.
+// abandon disarms the callback, frees the scratch and unpins the output.
 func (k *capture) abandon() {
 	k.c.armed = 0
-	C.free(unsafe.Pointer(k.c.out))
 	C.free(unsafe.Pointer(k.c.scratch))
 	k.c.out, k.c.scratch = nil, nil
+	k.pin.Unpin()
 	slots := unsafe.Slice((*C.int32_t)(k.c.slot), int(k.c.n_layer))
 	for i := range slots {
 		slots[i] = -1
