@@ -167,7 +167,7 @@ func TestCaptureOtherGraphs(t *testing.T) {
 			for h := 0; h < qa.Heads; h++ {
 				dq = max(dq, vecDiff(qa.Vec(0, 0, h), qb.Vec(0, 0, h)))
 			}
-			if dq > 1e-4 {
+			if dq > queryTolerance(t) {
 				t.Fatalf("layer-0 query depends on position or context: %g", dq)
 			}
 		})

@@ -64,6 +64,17 @@ func f16Tolerance(t *testing.T) float64 {
 	return 2e-3
 }
 
+// queryTolerance bounds the relative difference of one token's layer-0
+// query computed in batches of different sizes: float rounding on the CPU
+// (2e-7 measured), a GPU backend's own kernels per batch size otherwise
+// (3.2e-4 on Vulkan over lavapipe).
+func queryTolerance(t *testing.T) float64 {
+	if name, _ := testmodel.Backend(t); name != "" {
+		return 2e-3
+	}
+	return 1e-4
+}
+
 func TestDecodeCaptureShape(t *testing.T) {
 	m := loadStories(t)
 	f := m.Facts()
@@ -177,7 +188,7 @@ func TestQueriesArePositionFree(t *testing.T) {
 		d4 = max(d4, vecDiff(qa.Vec(0, 1, h), qb.Vec(0, 1, h)))
 	}
 	t.Logf("token %d at 0 alone vs at 246 after 46 tokens: layer-0 queries differ by %.2g, layer-4 by %.2g (relative)", tok, d0, d4)
-	if d0 > 1e-4 {
+	if d0 > queryTolerance(t) {
 		t.Fatalf("layer-0 query depends on position or context: %g", d0)
 	}
 	if d4 < 1e-2 {
