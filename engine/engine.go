@@ -111,8 +111,6 @@ type Context interface {
 
 	// Used is the number of occupied positions of sequence 0.
 	Used() int
-	// Occupied reports whether position p of sequence 0 holds a token.
-	Occupied(p int) bool
 	// Remove drops positions [p0,p1) of sequence 0 (p1 < 0: to the end)
 	// and returns how many tokens were dropped.
 	Remove(p0, p1 int) (int, error)
@@ -123,8 +121,6 @@ type Context interface {
 	ExtractRange(p0, p1 int) (Range, error)
 	// InsertRange puts r back into sequence 0 starting at position at.
 	InsertRange(r Range, at int) error
-	// Copy duplicates positions [p0,p1) of sequence 0 at [at, at+p1-p0).
-	Copy(p0, p1, at int) error
 	SaveSeq() (SeqState, error)
 	// LoadSeq replaces sequence 0 with s.
 	LoadSeq(s SeqState) error

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 )
@@ -70,6 +71,10 @@ type Config struct {
 	TurnLatency      time.Duration
 	TurnSuffixTokens int
 	Logger           *slog.Logger
+	// Engine is the inference engine, the daemon's only door to native
+	// code: engine/llama's Backend in ctxd, engine/enginefake's in unit
+	// tests. Required.
+	Engine engine.Backend
 	// Version is reported in HelloReply and Status.
 	Version string
 }
@@ -126,6 +131,9 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Engine == nil {
+		return fmt.Errorf("%w: no engine (Config.Engine; ctxd passes engine/llama's Backend)", ErrConfig)
 	}
 	if c.HandshakeTimeout < 0 || c.MaxConns < 0 {
 		return fmt.Errorf("%w: negative connection setting", ErrConfig)

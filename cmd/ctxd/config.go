@@ -14,6 +14,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
@@ -64,6 +65,7 @@ type config struct {
 // sinks (sidecar.Config reads a zero SinkTokens as its default).
 func (c *config) serverConfig() sidecar.Config {
 	sc := c.server
+	sc.Engine = llama.Backend{}
 	sc.NoSinks = sc.NoSinks || sc.SinkTokens == 0
 	return sc
 }
