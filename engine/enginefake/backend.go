@@ -175,3 +175,44 @@ func (b *Backend) SystemInfo() string { return "enginefake (pure Go, no accelera
 func (b *Backend) BlobCodec() engine.BlobCodec { return Codec{} }
 
 var _ engine.Backend = (*Backend)(nil)
+
+// Resident is what the newest open context holds in sequence 0.
+type Resident struct {
+	Positions []int
+	Tokens    []engine.Token // in position order
+	// State is the sequence as SaveSeq's blob would hold it: equal
+	// States are equal KV, byte for byte.
+	State []byte
+}
+
+// Resident reads the newest open context of the newest open model (the
+// daemon's slot); ok is false when there is none. It may be called while
+// the daemon runs: it waits for the engine call in progress.
+func (b *Backend) Resident() (r Resident, ok bool) {
+	b.mu.Lock()
+	var c *Context
+	for i := len(b.models) - 1; i >= 0 && c == nil; i-- {
+		m := b.models[i]
+		m.mu.Lock()
+		for j := len(m.ctxs) - 1; j >= 0; j-- {
+			if !m.ctxs[j].isClosed() {
+				c = m.ctxs[j]
+				break
+			}
+		}
+		m.mu.Unlock()
+	}
+	b.mu.Unlock()
+	if c == nil {
+		return Resident{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cells := c.cellsIn(0, maxPos)
+	r.Positions = c.seq.Positions()
+	for _, pc := range cells {
+		r.Tokens = append(r.Tokens, pc.tok)
+	}
+	r.State = c.encode(cells)
+	return r, true
+}

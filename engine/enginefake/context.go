@@ -3,6 +3,7 @@ package enginefake
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"github.com/ctxd/ctxd/engine"
 )
@@ -21,6 +22,7 @@ type cell struct {
 // Context is a fake KV cache with a session sequence. The scratch
 // sequence of engine/llama is not needed: ranges move as bytes directly.
 type Context struct {
+	mu        sync.Mutex // guards the KV for Backend.Resident, read from other goroutines
 	model     *Model
 	opts      engine.ContextOptions
 	cellBytes int    // bytes per cell in blobs: Facts.KVBytesPerToken
@@ -36,17 +38,31 @@ type Context struct {
 func (c *Context) Options() engine.ContextOptions { return c.opts }
 
 // Used is the number of occupied positions of sequence 0.
-func (c *Context) Used() int { return c.seq.Len() }
+func (c *Context) Used() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq.Len()
+}
 
 // Occupied reports whether position p holds a token.
-func (c *Context) Occupied(p int) bool { return c.seq.Contains(p) }
+func (c *Context) Occupied(p int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq.Contains(p)
+}
 
 // Positions lists the occupied positions, ascending (for tests).
-func (c *Context) Positions() []int { return c.seq.Positions() }
+func (c *Context) Positions() []int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seq.Positions()
+}
 
 // Decode runs tokens at pos0.. in batches of BatchTokens, checking ctx
 // between batches; a failure leaves nothing of the call in the KV.
 func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
 		return engine.ErrClosed
 	}
@@ -158,6 +174,12 @@ func (c *Context) Logits() []float32 {
 
 // Clear empties the KV.
 func (c *Context) Clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clear()
+}
+
+func (c *Context) clear() {
 	if c.closed {
 		return
 	}
@@ -171,13 +193,21 @@ func (c *Context) Memory() engine.ContextMemory {
 	return engine.ContextMemory{HostKVBytes: int64(c.opts.ContextTokens) * int64(c.cellBytes)}
 }
 
+func (c *Context) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
 // Close frees the context.
 func (c *Context) Close() error {
-	if c.closed {
+	c.mu.Lock()
+	was := c.closed
+	c.closed, c.cells = true, nil
+	c.mu.Unlock() // before the model's lock: Backend.Resident takes them the other way
+	if was {
 		return nil
 	}
-	c.closed = true
-	c.cells = nil
 	c.model.mu.Lock()
 	c.model.open--
 	c.model.mu.Unlock()

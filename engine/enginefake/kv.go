@@ -19,6 +19,8 @@ func (c *Context) checkRange(p0, p1 int) error {
 // Remove drops positions [p0,p1) (p1 < 0: to the end) and returns how
 // many tokens it dropped.
 func (c *Context) Remove(p0, p1 int) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if p1 < 0 {
 		p1 = max(p0, c.seq.Max())
 	}
@@ -38,6 +40,8 @@ func (c *Context) Remove(p0, p1 int) (int, error) {
 // Shift moves positions [p0,p1) by delta onto free, non-negative
 // positions; the cells keep the state they were decoded with.
 func (c *Context) Shift(p0, p1, delta int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.checkRange(p0, p1); err != nil {
 		return err
 	}
@@ -77,6 +81,8 @@ func (c *Context) Shift(p0, p1, delta int) error {
 
 // ExtractRange copies the fully resident positions [p0,p1) out as bytes.
 func (c *Context) ExtractRange(p0, p1 int) (engine.Range, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.checkRange(p0, p1); err != nil {
 		return engine.Range{}, err
 	}
@@ -95,6 +101,8 @@ func (c *Context) ExtractRange(p0, p1 int) (engine.Range, error) {
 // InsertRange puts r into sequence 0 at [at, at+Count), shifted from
 // r.Pos0 when at differs.
 func (c *Context) InsertRange(r engine.Range, at int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.checkRange(at, at+r.Count); err != nil {
 		return err
 	}
@@ -147,6 +155,8 @@ func (c *Context) Copy(p0, p1, at int) error {
 
 // SaveSeq copies the whole sequence out.
 func (c *Context) SaveSeq() (engine.SeqState, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
 		return engine.SeqState{}, engine.ErrClosed
 	}
@@ -159,13 +169,15 @@ func (c *Context) SaveSeq() (engine.SeqState, error) {
 // LoadSeq replaces the sequence with s. As in engine/llama the sequence
 // is emptied first, so a refused state leaves it empty.
 func (c *Context) LoadSeq(s engine.SeqState) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
 		return engine.ErrClosed
 	}
 	if len(s.Positions) > c.opts.ContextTokens {
 		return fmt.Errorf("%w: state of %d tokens > %d cells", engine.ErrContextFull, len(s.Positions), c.opts.ContextTokens)
 	}
-	c.Clear()
+	c.clear()
 	if len(s.Positions) == 0 {
 		return nil
 	}

@@ -35,6 +35,7 @@ type Model struct {
 	mu     sync.Mutex
 	open   int
 	closed bool
+	ctxs   []*Context // every context made, newest last
 }
 
 func newModel(b *Backend, path, digest string) *Model {
@@ -132,6 +133,7 @@ func (m *Model) NewContext(o engine.ContextOptions) (engine.Context, error) {
 	c.settings = settingsHash(m.facts.Digest, o)
 	m.mu.Lock()
 	m.open++
+	m.ctxs = append(m.ctxs, c)
 	m.mu.Unlock()
 	return c, nil
 }
