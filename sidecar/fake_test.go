@@ -13,16 +13,13 @@ package sidecar_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 
-	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/engine/enginefake"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -242,8 +239,7 @@ func seg(id string, kind pb.SegmentKind, toks []int32) *pb.Segment {
 
 func manifest(segs ...*pb.Segment) *pb.Manifest { return &pb.Manifest{Segments: segs} }
 
-// stream is the session's token stream as the daemon reports it: BOS then
-// the manifest's tokens (tests know them), for checking the engine against.
+// withBOS is a session's token stream: BOS, then the given tokens.
 func withBOS(toks ...[]int32) []int32 {
 	out := []int32{int32(enginefake.TokBOS)}
 	for _, t := range toks {
@@ -302,8 +298,3 @@ func checkHotLayout(t *testing.T, d *fakeDaemon, id uint64, stream []int32) *pb.
 	}
 	return ex
 }
-
-func isErr(err, target error) bool { return errors.Is(err, target) }
-
-var _ = engine.ErrDecode
-var _ = slices.Equal[[]int32]
