@@ -97,7 +97,9 @@ func TestFakeRetrievalAdmitsTheNeedle(t *testing.T) {
 	copy(hay[40:], needle)
 	for _, noRetrieval := range []bool{false, true} {
 		cfg := hotConfig()
-		cfg.NoRetrieval = noRetrieval
+		if noRetrieval {
+			cfg.Scorers = "none"
+		}
 		d := startFake(t, cfg, enginefake.Options{})
 		id := d.open("needle")
 		d.mustEnsure(id, manifest(seg("hay", pb.SegmentKind_SEGMENT_KIND_TERMINAL, hay)))
