@@ -71,7 +71,7 @@ type Config struct {
 	Logger           *slog.Logger
 	// Engine is the inference engine, the daemon's only door to native
 	// code: engine/llama's Backend in ctxd, engine/enginefake's in unit
-	// tests. Required.
+	// tests. Required by New.
 	Engine engine.Backend
 	// Version is reported in HelloReply and Status.
 	Version string
@@ -125,9 +125,6 @@ func (c *Config) fill() error {
 	orDefault(&c.SinkTokens, d.SinkTokens)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.Engine == nil {
-		return fmt.Errorf("%w: no engine (Config.Engine; ctxd passes engine/llama's Backend)", ErrConfig)
 	}
 	if c.HandshakeTimeout < 0 || c.MaxConns < 0 {
 		return fmt.Errorf("%w: negative connection setting", ErrConfig)
