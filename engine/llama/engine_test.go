@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +63,59 @@ func TestLoadAbandoned(t *testing.T) {
 	}
 	// The context is not kept: a later load of the same file works.
 	m, err = LoadContext(context.Background(), path, engine.ModelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+}
+
+// doneOnAsk is a context that ends when first asked for its Done channel:
+// after the file is hashed (which checks Err only), at the moment the load
+// starts watching it, so the abort reaches llama.cpp's progress callback.
+type doneOnAsk struct {
+	context.Context
+	once sync.Once
+	done chan struct{}
+	err  atomic.Pointer[error]
+}
+
+var errAbandoned = errors.New("abandoned by the test")
+
+func (c *doneOnAsk) Done() <-chan struct{} {
+	c.once.Do(func() {
+		c.err.Store(&errAbandoned)
+		close(c.done)
+	})
+	return c.done
+}
+
+func (c *doneOnAsk) Err() error {
+	if p := c.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// TestLoadAbandonedInLlama ends the context once llama.cpp is loading:
+// the load stops at a progress report (or finishes first: then the model
+// is whole), and the same file loads afterwards.
+func TestLoadAbandonedInLlama(t *testing.T) {
+	path := testmodel.Needle(t)
+	abandoned := 0
+	for i := 0; i < 5; i++ {
+		ctx := &doneOnAsk{Context: context.Background(), done: make(chan struct{})}
+		m, err := LoadContext(ctx, path, engine.ModelOptions{})
+		switch {
+		case err == nil:
+			m.Close()
+		case errors.Is(err, errAbandoned) && m == nil:
+			abandoned++
+		default:
+			t.Fatalf("load %d: %v", i, err)
+		}
+	}
+	t.Logf("%d of 5 loads abandoned inside llama.cpp", abandoned)
+	m, err := LoadContext(context.Background(), path, engine.ModelOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
