@@ -59,7 +59,9 @@ func TestFakeSnapshotRestoreDense(t *testing.T) {
 
 // A hot-set snapshot (blocks hot in the engine and parked in the arena)
 // restored after a restart holds the same engine KV byte for byte and
-// continues alike; a dense daemon refuses it with a typed error.
+// continues alike, also through a turn that retrieves parked blocks (read
+// back from the snapshot's extents); a dense daemon refuses it with a
+// typed error.
 func TestFakeSnapshotRestoreHotSet(t *testing.T) {
 	cfg := hotConfig()
 	cfg.NoCold = false
@@ -73,6 +75,12 @@ func TestFakeSnapshotRestoreHotSet(t *testing.T) {
 	}
 	saved := d.resident().State
 	savedEx := d.explain(id)
+	// The next turn asks for tokens parked far back.
+	turn := seg("q2", pb.SegmentKind_SEGMENT_KIND_USER_TURN, hay[1500:1512])
+	d.mustSuffix(id, turn)
+	if ex := d.explain(id); ex.GetRetrievedTokens() == 0 {
+		t.Fatalf("the second turn retrieved nothing: %v", ex.GetLastRetrieval())
+	}
 	before := d.greedy(id, 16)
 
 	d = d.restart()
@@ -90,6 +98,7 @@ func TestFakeSnapshotRestoreHotSet(t *testing.T) {
 		t.Fatalf("restored: parked blocks %d (saved %d), hot %d (saved %d), report %v",
 			ex.GetParkedBlocks(), savedEx.GetParkedBlocks(), ex.GetHotTokens(), savedEx.GetHotTokens(), rep)
 	}
+	d.mustSuffix(id2, turn)
 	if after := d.greedy(id2, 16); !slices.Equal(after, before) {
 		t.Fatalf("restored continues %v, saved %v", after, before)
 	}
