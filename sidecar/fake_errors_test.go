@@ -177,3 +177,42 @@ func TestFakeContextFullDuringDecode(t *testing.T) {
 	d.mustSuffix(id)
 	d.greedy(id, 4)
 }
+
+// A Decode whose caller goes away stops within a token: the reply says
+// CANCELLED, the tokens produced stay in the session (all but the one
+// streamed as the cancel came: its decode is what the cancel stopped, as
+// TestCancelDecodeWithinAToken allows), and the engine holds the tape.
+func TestFakeDecodeCancelledWithinAToken(t *testing.T) {
+	d := startFake(t, sidecar.Config{ContextTokens: 1024, NoCold: true}, enginefake.Options{})
+	id := d.open("a")
+	m := manifest(seg("s", pb.SegmentKind_SEGMENT_KIND_SYSTEM, ids(1, 100, 0, 250)))
+	d.mustEnsure(id, m)
+	d.mustSuffix(id)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var got []int32
+	req := &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{SessionId: id, MaxTokens: 100}}}
+	resp, err := d.callCtx(ctx, req, func(ev *pb.StreamEvent) error {
+		if tok := ev.GetToken(); tok != nil {
+			got = append(got, tok.GetToken())
+			if len(got) == 3 {
+				cancel()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := resp.GetDecode()
+	if rep.GetReason() != pb.StopReason_STOP_REASON_CANCELLED || len(got) > 4 || int(rep.GetTokens()) != len(got) {
+		t.Fatalf("cancelled decode: %v after %d streamed tokens", rep, len(got))
+	}
+	ex := d.explain(id)
+	if n := ex.GetGeneratedTokens(); n != int64(len(got)) && n != int64(len(got))-1 {
+		t.Fatalf("%d generated tokens kept, %d streamed", ex.GetGeneratedTokens(), len(got))
+	}
+	if r := d.resident(); int64(len(r.Tokens)) > ex.GetResidentTokens() || int64(len(r.Tokens)) < ex.GetResidentTokens()-1 {
+		t.Fatalf("engine %d tokens, tape %d", len(r.Tokens), ex.GetResidentTokens())
+	}
+}

@@ -58,3 +58,30 @@ func TestFakeInvalidationOnTurnAndOnEdit(t *testing.T) {
 		t.Fatalf("after the edit the same prompt continues %v, first %v", third, first)
 	}
 }
+
+// In a hot set, an edit report cuts the tape at the block holding the
+// first invalidated token; the engine then holds only hot ranges of what
+// is left, compacted.
+func TestFakeHotSetEditCutsAtABlock(t *testing.T) {
+	d := startFake(t, hotConfig(), enginefake.Options{})
+	sys, file := ids(1, 100, 0, 250), ids(2, 1500, 0, 250)
+	m := manifest(
+		seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys),
+		&pb.Segment{Id: "file", Kind: pb.SegmentKind_SEGMENT_KIND_REPO_MAP, Stable: true, InvalidateOnEdit: true, Paths: []string{"a.go"}, Tokens: file},
+	)
+	id := d.open("a")
+	d.mustEnsure(id, m)
+	checkHotLayout(t, d, id, withBOS(sys, file))
+	r := d.reportEdit(id, "a.go")
+	if r.GetSessions() != 1 || !slices.Equal(r.GetSegments(), []string{"file"}) {
+		t.Fatalf("edit report %+v", r)
+	}
+	ex := checkHotLayout(t, d, id, withBOS(sys, file))
+	if n := ex.GetResidentTokens(); n > 101 || n < 101-64 || int64(n)+r.GetDroppedTokens() != 1601 {
+		t.Fatalf("after the edit %d tokens resident, %d dropped: want the tape cut at the block holding token 101", n, r.GetDroppedTokens())
+	}
+	if pr := d.mustEnsure(id, m); pr.GetReusedTokens() != ex.GetResidentTokens() || pr.GetPromptTokens() != 1601 {
+		t.Fatalf("after the edit: %+v", pr)
+	}
+	checkHotLayout(t, d, id, withBOS(sys, file))
+}
