@@ -253,7 +253,7 @@ func (srv *Server) spill(sess *session, b *hotBlock) error {
 	meta := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0,
 		ElemBytes: elemBytes(srv.cfg.KVType), Class: uint8(b.class), Segment: b.segID}
 	if !srv.cold.Has(b.coldKey) {
-		stored := toCold(kv)
+		stored := toCold(srv.cfg.Engine.BlobCodec(), kv)
 		err := srv.cold.Enqueue(b.coldKey, meta, stored)
 		if errors.Is(err, coldstore.ErrQueueFull) {
 			err = srv.cold.Put(context.Background(), b.coldKey, meta, stored)

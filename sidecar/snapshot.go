@@ -16,7 +16,6 @@ import (
 
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
-	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -83,7 +82,7 @@ type snapBlock struct {
 	Pos0      int
 	KV        int  // index into Snapshot.Blocks of its parked KV; -1: none
 	Off, Len  int  // its bytes in that blob; Len -1: the whole blob
-	TM        bool // those bytes are llama.TokenMajor's rewrite of the engine's
+	TM        bool // those bytes are the BlobCodec's TokenMajor rewrite of the engine's
 	LastUsed  int64
 	Score     float64
 	Reason    string
@@ -231,7 +230,7 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 				}
 				// Each block is rewritten on its own: the extent is only
 				// their concatenation.
-				tm, changed := llama.TokenMajor(kv)
+				tm, changed := srv.cfg.Engine.BlobCodec().TokenMajor(kv)
 				ext.blob = append(ext.blob, tm...)
 				sb.TM = changed
 				if len(ext.members) == 0 {
@@ -309,7 +308,7 @@ func (srv *Server) write(ctx context.Context, c *snapCapture) (*pb.SnapshotReply
 			continue
 		}
 		newBlocks++
-		stored := toCold(p.blob)
+		stored := toCold(srv.cfg.Engine.BlobCodec(), p.blob)
 		err := srv.cold.Enqueue(key, p.meta, stored)
 		if err != nil {
 			// A full queue: write this one here (the caller waits anyway).
@@ -695,7 +694,7 @@ func (srv *Server) restoreHot(ctx context.Context, sess *session, snap coldstore
 					} else {
 						blob = blob[sb.Off : sb.Off+sb.Len]
 						if sb.TM {
-							blob, fb.err = llama.FromTokenMajor(blob)
+							blob, fb.err = srv.cfg.Engine.BlobCodec().FromTokenMajor(blob)
 						}
 					}
 				} else {
