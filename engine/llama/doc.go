@@ -65,15 +65,15 @@
 // refused with ErrInvalidArgument.
 //
 // Files: engine.go (Backend and BlobCodec: the package as an
-// engine.Backend), cgo.go (cgo flags, llama.cpp's log), backend.go (loading GPU
-// backend libraries), choose.go (choosing a device), layout.go (a model
+// engine.Backend), cgo.go (cgo flags, llama.cpp's log), backend.go (loading
+// GPU backend libraries), choose.go (choosing a device), layout.go (a model
 // file's per-layer sizes, read before loading), model.go (Model: loading,
 // tokenizing), context.go (Context: decoding, threadpool), kv.go (KV range
 // operations on the session sequence), blobfmt.go (the sequence-state blob
 // layout and its token-major rewrite), blobkeys.go (the K sections of a
-// blob as floats), rope.go (a model's RoPE and its inverse), evalcb.go
-// (the graph callback that captures tensors), attention.go (DecodeCapture,
-// RangeKeys), capture.go (which buffers llama.cpp
-// allocated where), cpuload.go (runnable threads competing for the cores),
-// sampler.go (sampler chains).
+// blob as floats), rope.go (a model's RoPE and its inverse), evalcb.go (the
+// graph callback that captures tensors), attention.go (DecodeCapture,
+// RangeKeys), capture.go (which buffers llama.cpp allocated where),
+// cpuload.go (runnable threads competing for the cores), sampler.go
+// (sampler chains).
 package llama
