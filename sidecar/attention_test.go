@@ -9,6 +9,7 @@ import (
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/policy"
 )
@@ -124,7 +125,7 @@ func TestAttentionScorerRanksParkedBlocks(t *testing.T) {
 // (decode of the turn's last policy.AttentionProbeTokens tokens, queries
 // captured, removed again) and the scoring, separately.
 func BenchmarkAttentionProbe(b *testing.B) {
-	p, err := StartPrivate(Config{ModelPath: testmodel.Needle(b), HotTokens: 256, ContextTokens: 256, ArenaBytes: 256 << 20, NoCold: true, Threads: 1, Scorers: "both"})
+	p, err := StartPrivate(Config{Engine: llama.Backend{}, ModelPath: testmodel.Needle(b), HotTokens: 256, ContextTokens: 256, ArenaBytes: 256 << 20, NoCold: true, Threads: 1, Scorers: "both"})
 	if err != nil {
 		b.Fatal(err)
 	}

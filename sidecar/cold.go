@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ctxd/ctxd/coldstore"
-	"github.com/ctxd/ctxd/engine/llama"
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -145,7 +145,7 @@ func (srv *Server) coldGet(ctx context.Context, key coldstore.Key, id uint64) ([
 	_, stored, err := srv.cold.Get(ctx, key)
 	var blob []byte
 	if err == nil {
-		blob, err = fromCold(stored)
+		blob, err = fromCold(srv.cfg.Engine.BlobCodec(), stored)
 	}
 	d := t.end()
 	if err == nil {
@@ -158,15 +158,16 @@ func (srv *Server) coldGet(ctx context.Context, key coldstore.Key, id uint64) ([
 // Blobs in the SSD tier carry an 8-byte envelope saying how their bytes
 // were laid out for compression (8 bytes keep the f16 byte planes
 // aligned): the engine's bytes as they are, or with a transposed V
-// rewritten token by token (llama.TokenMajor), which compresses better.
+// rewritten token by token (engine.BlobCodec.TokenMajor), which
+// compresses better.
 var (
 	envelopeRaw        = []byte("ctxdkvR1")
 	envelopeTokenMajor = []byte("ctxdkvT1")
 )
 
 // toCold wraps an engine blob for the SSD tier.
-func toCold(blob []byte) []byte {
-	tm, changed := llama.TokenMajor(blob)
+func toCold(codec engine.BlobCodec, blob []byte) []byte {
+	tm, changed := codec.TokenMajor(blob)
 	env := envelopeRaw
 	if changed {
 		env = envelopeTokenMajor
@@ -176,7 +177,7 @@ func toCold(blob []byte) []byte {
 }
 
 // fromCold unwraps a blob read from the SSD tier.
-func fromCold(stored []byte) ([]byte, error) {
+func fromCold(codec engine.BlobCodec, stored []byte) ([]byte, error) {
 	if len(stored) < 8 {
 		return nil, fmt.Errorf("%w: SSD-tier blob of %d bytes has no envelope", protocol.ErrInternal, len(stored))
 	}
@@ -184,7 +185,7 @@ func fromCold(stored []byte) ([]byte, error) {
 	case bytes.Equal(env, envelopeRaw):
 		return body, nil
 	case bytes.Equal(env, envelopeTokenMajor):
-		return llama.FromTokenMajor(body)
+		return codec.FromTokenMajor(body)
 	default:
 		return nil, fmt.Errorf("%w: SSD-tier blob with unknown envelope %q", protocol.ErrInternal, env)
 	}

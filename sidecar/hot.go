@@ -77,8 +77,20 @@ type hotConfig struct {
 	block, sinks, recent  int
 	reserve               int              // room kept after a turn's new tokens for decoding
 	scorers               policy.ScorerSet // policy.ScorerNone: retrieval off
-	maxRetrieved          int
-	noShift               bool // the model cannot shift: hot set off, dense fallback
+	noShift               bool             // the model cannot shift: hot set off, dense fallback
+}
+
+// limits are hc's token limits as policy sees them.
+func (hc hotConfig) limits() policy.HotLimits {
+	return policy.HotLimits{Budget: hc.budget, Window: hc.window, Limit: hc.limit, Block: hc.block,
+		Sinks: hc.sinks, Recent: hc.recent, Reserve: hc.reserve}
+}
+
+// withLimits returns hc with the token limits l (policy.ResolveHotLimits).
+func (hc hotConfig) withLimits(l policy.HotLimits) hotConfig {
+	hc.budget, hc.window, hc.limit, hc.block = l.Budget, l.Window, l.Limit, l.Block
+	hc.sinks, hc.recent, hc.reserve = l.Sinks, l.Recent, l.Reserve
+	return hc
 }
 
 func newHotState() *hotState {
@@ -116,7 +128,7 @@ func (srv *Server) nextSeal(h *hotState) int {
 func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.Token) error {
 	h, hc, ectx := sess.hot, srv.slot.hot, srv.slot.ectx
 	batch := ectx.Options().BatchTokens
-	chunk := max(hc.block, hc.limit/4)
+	chunk := hc.limits().ChunkTokens()
 	total := len(toks)
 	defer func() { reportProgress(ctx, "prefill", total-len(toks), total) }()
 	for len(toks) > 0 {
@@ -127,18 +139,8 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 			}
 		}
 		want := min(len(toks), chunk)
-		evicted := false
-		for hc.limit-h.used(sess) < want {
-			if err := srv.evictOne(sess); err != nil {
-				if hc.limit-h.used(sess) > 0 {
-					break // protected blocks fill the rest: use what is free
-				}
-				return err
-			}
-			evicted = true
-		}
-		if evicted {
-			if err := srv.compact(sess); err != nil {
+		if free := hc.limit - h.used(sess); free < want {
+			if err := srv.evict(sess, want-free); err != nil {
 				return err
 			}
 		}
@@ -172,7 +174,8 @@ func (srv *Server) seal(sess *session) {
 		id: srv.newBlockID(), seq: len(h.blocks), vstart: h.tailV, n: n,
 		chain: shm.ChainHash(prev, toks), hot: true, pstart: h.tailP, pos0: h.tailP, lastUsed: h.turn,
 	}
-	b.class, b.kind, b.segID, b.pinned = blockClass(sess.spans, b.vstart, b.vstart+n)
+	c := policy.ClassifyBlock(segmentSpans(sess.spans), b.vstart, b.vstart+n)
+	b.class, b.kind, b.segID, b.pinned = c.Class, c.Kind, c.SegmentID, c.Pinned
 	if r, err := srv.slot.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
 		b.stored = srv.arenaPut(sess, b, toks, r.Blob)
 		srv.summarizeSealed(h, b, r)
@@ -185,24 +188,13 @@ func (srv *Server) seal(sess *session) {
 	h.tailP += n
 }
 
-// blockClass takes the most protective class among the spans a block
-// overlaps; a block touching a Pinned segment is pinned.
-func blockClass(spans []span, v0, v1 int) (policy.CacheClass, policy.SegmentKind, string, bool) {
-	class, kind, id, pinned := policy.ClassVolatile, policy.KindTerminal, "", false
-	best := -1
-	for _, sp := range spans {
-		if sp.end <= v0 || sp.start >= v1 {
-			continue
-		}
-		c := sp.seg.EffectiveClass()
-		if r := c.EvictionRank(); r > best {
-			best, class, kind, id = r, c, sp.seg.Kind, sp.seg.ID
-		}
-		if sp.seg.Kind == policy.KindPinned {
-			pinned = true
-		}
+// segmentSpans are spans as policy sees them.
+func segmentSpans(spans []span) []policy.SegmentSpan {
+	out := make([]policy.SegmentSpan, len(spans))
+	for i, sp := range spans {
+		out[i] = policy.SegmentSpan{Segment: sp.seg, Start: sp.start, End: sp.end}
 	}
-	return class, kind, id, pinned
+	return out
 }
 
 // arenaPut parks a block's KV, making room by dropping the most evictable
@@ -263,7 +255,7 @@ func (srv *Server) spill(sess *session, b *hotBlock) error {
 	meta := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0,
 		ElemBytes: elemBytes(srv.cfg.KVType), Class: uint8(b.class), Segment: b.segID}
 	if !srv.cold.Has(b.coldKey) {
-		stored := toCold(kv)
+		stored := toCold(srv.cfg.Engine.BlobCodec(), kv)
 		err := srv.cold.Enqueue(b.coldKey, meta, stored)
 		if errors.Is(err, coldstore.ErrQueueFull) {
 			err = srv.cold.Put(context.Background(), b.coldKey, meta, stored)
@@ -303,18 +295,17 @@ func (srv *Server) coldKV(ctx context.Context, b *hotBlock) ([]byte, error) {
 	return kv, err
 }
 
-// arenaVictim is the session's most evictable parked block with KV.
+// arenaVictim is the session's parked block with KV in the arena that
+// policy.SpillVictim moves out first.
 func (srv *Server) arenaVictim(sess *session) *hotBlock {
 	var cands []policy.HotBlock
-	byID := map[uint64]*hotBlock{}
 	for _, b := range sess.hot.blocks {
 		if b.stored && !b.hot {
 			cands = append(cands, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score, LastUsed: b.lastUsed})
-			byID[b.id] = b
 		}
 	}
-	if order := policy.EvictionOrder(cands); len(order) > 0 {
-		return byID[order[0]]
+	if id, ok := policy.SpillVictim(cands); ok {
+		return sess.hot.find(id)
 	}
 	return nil
 }
@@ -335,7 +326,7 @@ func (h *hotState) note(s string) {
 
 // planBlocks describes the session's blocks (and its open tail) to the
 // planner.
-func (srv *Server) planBlocks(sess *session, unpin bool) []policy.HotBlock {
+func (srv *Server) planBlocks(sess *session) []policy.HotBlock {
 	h := sess.hot
 	out := make([]policy.HotBlock, 0, len(h.blocks)+1)
 	for _, b := range h.blocks {
@@ -344,7 +335,7 @@ func (srv *Server) planBlocks(sess *session, unpin bool) []policy.HotBlock {
 		}
 		out = append(out, policy.HotBlock{
 			ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score,
-			LastUsed: b.lastUsed, Hot: b.hot, Pinned: b.pinned && !unpin, Sink: b.vstart == 0 && srv.slot.hot.sinks > 0,
+			LastUsed: b.lastUsed, Hot: b.hot, Pinned: b.pinned, Sink: b.vstart == 0 && srv.slot.hot.sinks > 0,
 		})
 	}
 	if n := len(sess.tape) - h.tailV; n > 0 {
@@ -354,40 +345,45 @@ func (srv *Server) planBlocks(sess *session, unpin bool) []policy.HotBlock {
 	return out
 }
 
-// evictOne parks the most evictable hot block that is not protected; the
-// caller closes the hole with compact.
-func (srv *Server) evictOne(sess *session) error {
+// evict parks hot blocks freeing at least need tokens, as
+// policy.PlanEviction picks them (one call per prefill chunk), and closes
+// the holes with compact. Freeing less is fine while some room is left:
+// protected blocks fill the rest.
+func (srv *Server) evict(sess *session, need int) error {
 	h, hc := sess.hot, srv.slot.hot
-	var cands []policy.HotBlock
-	byID := map[uint64]*hotBlock{}
-	recentFrom := len(sess.tape) - hc.recent
+	blocks := make([]policy.HotBlock, 0, len(h.blocks)+1)
 	for _, b := range h.blocks {
-		protected := (b.vstart == 0 && hc.sinks > 0) || b.pinned || b.vstart+b.n > recentFrom
-		if b.hot && !protected {
-			cands = append(cands, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score, LastUsed: b.lastUsed, Hot: true})
-			byID[b.id] = b
+		blocks = append(blocks, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score,
+			LastUsed: b.lastUsed, Hot: b.hot, Pinned: b.pinned})
+	}
+	if n := len(sess.tape) - h.tailV; n > 0 {
+		blocks = append(blocks, policy.HotBlock{ID: tailID, Tokens: n, Class: policy.ClassVolatile, Kind: policy.KindTerminal,
+			Seq: len(h.blocks), LastUsed: h.turn, Hot: true, Recent: true})
+	}
+	plan := policy.PlanEviction(policy.EvictInput{Blocks: blocks, SinkTokens: hc.sinks, RecentTokens: hc.recent, NeedTokens: need})
+	for _, id := range plan.Unpinned {
+		b := h.find(id)
+		b.pinned = false
+		h.note(fmt.Sprintf("pinned segments exceed the hot budget %d: block %d (%s) unpinned", hc.limit, b.id, b.segID))
+	}
+	for _, id := range plan.Evict {
+		b := h.find(id)
+		if _, err := srv.slot.ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
+			return engineErr(err)
+		}
+		b.hot, b.retrieved = false, false
+		h.evictions++
+		srv.metrics.evictions.Inc()
+	}
+	if len(plan.Evict) > 0 {
+		if err := srv.compact(sess); err != nil {
+			return err
 		}
 	}
-	order := policy.EvictionOrder(cands)
-	if len(order) == 0 {
-		// Pinned blocks fill the budget: unpin the oldest, with a diagnostic.
-		for _, b := range h.blocks {
-			if b.hot && b.pinned && b.vstart+b.n <= recentFrom {
-				b.pinned = false
-				h.note(fmt.Sprintf("pinned segments exceed the hot budget %d: block %d (%s) unpinned", hc.limit, b.id, b.segID))
-				return srv.evictOne(sess)
-			}
-		}
+	if hc.limit-h.used(sess) <= 0 {
 		return fmt.Errorf("%w: the hot budget of %d tokens holds only protected tokens (sinks %d, recent window %d, tail %d)",
 			protocol.ErrResourceExhausted, hc.limit, hc.sinks, hc.recent, len(sess.tape)-h.tailV)
 	}
-	b := byID[order[0]]
-	if _, err := srv.slot.ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
-		return engineErr(err)
-	}
-	b.hot, b.retrieved = false, false
-	h.evictions++
-	srv.metrics.evictions.Inc()
 	return nil
 }
 
@@ -529,7 +525,7 @@ func (srv *Server) retrieveFor(ctx context.Context, sess *session, newToks, turn
 	if len(h.blocks) == 0 {
 		return nil
 	}
-	suffix := min(len(newToks)+hc.reserve, hc.limit/2)
+	suffix := hc.limits().TurnSuffixTokens(len(newToks))
 	for _, b := range h.blocks {
 		b.score, b.reason = 0, ""
 	}
@@ -557,17 +553,15 @@ func (srv *Server) retrieveFor(ctx context.Context, sess *session, newToks, turn
 	}
 	in := policy.HotSetInput{
 		HotBudget: hc.limit, SinkTokens: hc.sinks, RecentTokens: policy.TurnRecentTokens(hc.recent, len(newToks)), SuffixTokens: suffix,
-		TrainedWindow: hc.window, MaxRetrieved: hc.maxRetrieved, MinScore: math.SmallestNonzeroFloat64,
+		TrainedWindow: hc.window, MinScore: math.SmallestNonzeroFloat64,
 	}
 	if hc.scorers == policy.ScorerNone {
 		in.MinScore = math.Inf(1) // nothing is retrieved
 	}
-	in.Blocks = srv.planBlocks(sess, false)
-	plan, err := policy.PlanHotSet(in)
-	if errors.Is(err, policy.ErrHotBudget) {
-		h.note(fmt.Sprintf("pinned segments do not fit the hot budget (%v): planning without pins", err))
-		in.Blocks = srv.planBlocks(sess, true)
-		plan, err = policy.PlanHotSet(in)
+	in.Blocks = srv.planBlocks(sess)
+	plan, err := policy.PlanHotSetUnpinning(in)
+	if plan.Unpinned != nil {
+		h.note(fmt.Sprintf("pinned segments do not fit the hot budget (%v): planning without pins", plan.Unpinned))
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)

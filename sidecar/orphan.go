@@ -148,18 +148,6 @@ func (s *slot) freeOrphan() bool {
 	return true
 }
 
-// bestOrphan is the orphan tape sharing the longest token prefix with
-// target, and that length.
-func (s *slot) bestOrphan(target []engine.Token) (int, int) {
-	best, bestN := -1, 0
-	for i, t := range s.orphans {
-		if n := commonPrefix(t.tokens, target); n > bestN {
-			best, bestN = i, n
-		}
-	}
-	return best, bestN
-}
-
 // adoptOrphan makes orphan tape i the empty hot-set session sess's stream:
 // its blocks become the session's parked blocks, and the sinks, pinned
 // blocks and the recent window come back into the engine. The caller holds
@@ -183,29 +171,21 @@ func (srv *Server) adoptOrphan(ctx context.Context, sess *session, i int) (int, 
 	sess.tape = append(sess.tape[:0], t.tokens...)
 	sess.spans = []span{{seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, start: 0, end: len(t.tokens)}}
 	h.tailV, h.tailP = len(sess.tape), 0
-	// Bring back what must be hot: sinks and pinned blocks, then the most
-	// recent blocks that fit the recent window, in stream order.
-	room := hc.limit - hc.reserve - 2*hc.block
-	want := map[int]bool{}
+	// Bring back what must be hot (policy.PlanAdoption decides): sinks
+	// and pinned blocks, then the most recent blocks that fit the recent
+	// window, in stream order.
+	cands := make([]policy.HotBlock, len(h.blocks))
 	for k, b := range h.blocks {
-		if (b.vstart == 0 && hc.sinks > 0) || b.pinned {
-			if room-b.n >= 0 {
-				want[k], room = true, room-b.n
-			}
-		}
+		cands[k] = policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Pinned: b.pinned}
 	}
-	recent := 0
-	for k := len(h.blocks) - 1; k >= 0 && recent < hc.recent; k-- {
-		b := h.blocks[k]
-		if want[k] || recent+b.n > hc.recent || room-b.n < 0 {
-			break
-		}
-		want[k], room, recent = true, room-b.n, recent+b.n
+	want := map[uint64]bool{}
+	for _, id := range policy.PlanAdoption(policy.AdoptInput{Blocks: cands, SinkTokens: hc.sinks, RecentTokens: hc.recent, RoomTokens: hc.limits().AdoptRoom()}) {
+		want[id] = true
 	}
 	pos := 0
 	var kv []byte
-	for k, b := range h.blocks {
-		if !want[k] {
+	for _, b := range h.blocks {
+		if !want[b.id] {
 			continue
 		}
 		var err error

@@ -65,7 +65,7 @@ func (srv *Server) SetScorers(ctx context.Context, s policy.ScorerSet) error {
 	if err := checkScorers(s, srv.slot.ectx); err != nil {
 		return err
 	}
-	srv.cfg.Scorers, srv.cfg.NoRetrieval = s.String(), false
+	srv.cfg.Scorers = s.String()
 	srv.slot.hot.scorers = s
 	return nil
 }

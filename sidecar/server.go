@@ -53,6 +53,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	if cfg.Engine == nil {
+		return nil, fmt.Errorf("%w: no engine (Config.Engine; ctxd passes engine/llama's Backend)", ErrConfig)
+	}
 	owner, err := acquireOwner(cfg.DataDir)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -15,7 +16,6 @@ import (
 
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
-	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -82,7 +82,7 @@ type snapBlock struct {
 	Pos0      int
 	KV        int  // index into Snapshot.Blocks of its parked KV; -1: none
 	Off, Len  int  // its bytes in that blob; Len -1: the whole blob
-	TM        bool // those bytes are llama.TokenMajor's rewrite of the engine's
+	TM        bool // those bytes are the BlobCodec's TokenMajor rewrite of the engine's
 	LastUsed  int64
 	Score     float64
 	Reason    string
@@ -230,7 +230,7 @@ func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 				}
 				// Each block is rewritten on its own: the extent is only
 				// their concatenation.
-				tm, changed := llama.TokenMajor(kv)
+				tm, changed := srv.cfg.Engine.BlobCodec().TokenMajor(kv)
 				ext.blob = append(ext.blob, tm...)
 				sb.TM = changed
 				if len(ext.members) == 0 {
@@ -308,7 +308,7 @@ func (srv *Server) write(ctx context.Context, c *snapCapture) (*pb.SnapshotReply
 			continue
 		}
 		newBlocks++
-		stored := toCold(p.blob)
+		stored := toCold(srv.cfg.Engine.BlobCodec(), p.blob)
 		err := srv.cold.Enqueue(key, p.meta, stored)
 		if err != nil {
 			// A full queue: write this one here (the caller waits anyway).
@@ -595,27 +595,19 @@ func (srv *Server) restoreDense(ctx context.Context, sess *session, snap coldsto
 		return err
 	}
 	upto = min(upto, len(tape))
-	kvb := srv.slot.facts.KVBytesPerToken(srv.cfg.KVType)
+	// Which blocks come back from the SSD: policy.PlanRestore weighs
+	// reading them against prefilling them; the rest is prefilled.
 	f := srv.slot.fig
-	// Which blocks come back from the SSD: in order, while restoring is
-	// cheaper than recomputing; the rest is prefilled.
-	var keys []coldstore.Key
-	p := 0
+	in := policy.RestoreInput{UptoTokens: upto, KVBytesPerToken: srv.slot.facts.KVBytesPerToken(srv.cfg.KVType),
+		ReadBytesPerSec: f.readBPS, DecompressBytesPerSec: f.decompressBPS(), PrefillTokensPerSec: f.prefillTokensPerSec}
 	for _, b := range snap.Blocks {
-		if p >= upto {
-			break
-		}
-		raw := int64(b.Tokens) * kvb
-		if f.restoreCost(raw, raw*9/10) >= f.recomputeCost(b.Tokens) {
-			rep.Choice = fmt.Sprintf("recompute: restoring %d tokens (%.1f ms est.) is slower than prefilling them (%.1f ms est.)",
-				b.Tokens, 1e3*f.restoreCost(raw, raw*9/10), 1e3*f.recomputeCost(b.Tokens))
-			break
-		}
-		keys = append(keys, b.Key)
-		p += b.Tokens
+		in.BlockTokens = append(in.BlockTokens, b.Tokens)
 	}
-	if rep.Choice == "" {
-		rep.Choice = "restore: reading and decompressing is cheaper than prefill for every block"
+	plan := policy.PlanRestore(in)
+	rep.Choice = plan.Choice
+	keys := make([]coldstore.Key, plan.Blocks)
+	for i := range keys {
+		keys[i] = snap.Blocks[i].Key
 	}
 	ch, cancel := srv.fetchAll(ctx, keys)
 	defer cancel()
@@ -702,7 +694,7 @@ func (srv *Server) restoreHot(ctx context.Context, sess *session, snap coldstore
 					} else {
 						blob = blob[sb.Off : sb.Off+sb.Len]
 						if sb.TM {
-							blob, fb.err = llama.FromTokenMajor(blob)
+							blob, fb.err = srv.cfg.Engine.BlobCodec().FromTokenMajor(blob)
 						}
 					}
 				} else {
@@ -747,28 +739,37 @@ func (srv *Server) restoreHot(ctx context.Context, sess *session, snap coldstore
 // snapshot's name and the tokens that came back, or "" when none fits.
 // The caller holds the slot token and sess is resident.
 func (srv *Server) resume(ctx context.Context, sess *session, target []engine.Token) (string, int) {
-	if sess.cold || len(sess.tape) > 0 || len(target) < minAutoSnapshotTokens {
+	if sess.cold || len(sess.tape) > 0 {
 		return "", 0
 	}
+	// policy.ChooseResume picks the source; resume stops at target's own
+	// tokens (choice.Tokens), whatever the source holds past them.
+	in := policy.ResumeInput{TargetTokens: len(target), MinTokens: minAutoSnapshotTokens}
 	hotMode := srv.slot.hot.budget > 0
-	oi, on := -1, 0
 	if hotMode && sess.hot != nil {
-		oi, on = srv.slot.bestOrphan(target)
+		for _, t := range srv.slot.orphans {
+			in.Arena = append(in.Arena, commonPrefix(t.tokens, target))
+		}
 	}
 	compat, mode := srv.coldCompat(), modeName(hotMode)
-	var best *snapEntry
-	bestN := 0
-	srv.snapMu.Lock()
-	for _, e := range srv.snaps {
-		if e.compat != compat || e.mode != mode {
-			continue
+	var snaps []*snapEntry
+	if srv.cold != nil {
+		srv.snapMu.Lock()
+		for _, e := range srv.snaps {
+			if e.compat == compat && e.mode == mode {
+				snaps = append(snaps, e)
+			}
 		}
-		if n := commonPrefix(e.tape, target); n > bestN || (n == bestN && best != nil && e.created.After(best.created)) {
-			best, bestN = e, n
+		srv.snapMu.Unlock()
+		slices.SortFunc(snaps, func(a, b *snapEntry) int { return strings.Compare(a.name, b.name) }) // ties: by name
+		for _, e := range snaps {
+			in.Snapshots = append(in.Snapshots, policy.ResumeCandidate{CommonTokens: commonPrefix(e.tape, target), Created: e.created.UnixNano()})
 		}
 	}
-	srv.snapMu.Unlock()
-	if oi >= 0 && on >= minAutoSnapshotTokens && on >= bestN {
+	choice := policy.ChooseResume(in)
+	switch choice.Source {
+	case policy.ResumeArena:
+		oi, on := choice.Index, choice.Tokens
 		// Blocks still in host RAM beat the SSD.
 		n, err := srv.adoptOrphan(ctx, sess, oi)
 		if err == nil {
@@ -786,10 +787,11 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 			Automatic: true, Choice: "resume from parked blocks still in the host-RAM arena (no SSD read, no prefill)"}
 		srv.log.Info("session resumed from the arena", "session", sess.id, "common_tokens", on, "tokens", n)
 		return "arena", min(on, n)
-	}
-	if srv.cold == nil || best == nil || bestN < minAutoSnapshotTokens {
+	case policy.ResumeSnapshot:
+	default:
 		return "", 0
 	}
+	best, bestN := snaps[choice.Index], choice.Tokens
 	snap, meta, err := srv.loadSnap(ctx, best.name)
 	if err != nil {
 		srv.log.Warn("resume: snapshot unusable", "name", best.name, "err", err)

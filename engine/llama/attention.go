@@ -20,6 +20,9 @@ const (
 // queries of the last `last` tokens for layers (nil: all), Heads =
 // Facts.Heads, through llama.cpp's graph callback. Decode's contract
 // holds: on an error or cancellation nothing of the call stays in the KV.
+// The result is last × layers × Heads × HeadDim float32s, written by the
+// callback straight into the returned slice; a batch without wanted
+// tokens runs disarmed.
 func (c *Context) DecodeCapture(ctx context.Context, tokens []engine.Token, pos0, last int, layers []int) (policy.HeadVectors, error) {
 	return c.decodeCapture(ctx, queryTensor, c.model.facts.Heads, tokens, pos0, last, layers)
 }

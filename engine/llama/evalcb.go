@@ -12,10 +12,12 @@ package llama
 // one context. The callback is attached when the context is created and
 // answers "no" at once while armed is 0, so a plain decode pays one
 // indirect call per graph node. Armed, it copies the rows of the tensors
-// named "<prefix>-<layer>" that are not RoPE results (the projection, then
-// its bias) and checks, when the RoPE node of that name is reached, that
-// its input is the tensor copied last: what was captured is exactly what
-// RoPE rotates. It runs on the thread that called llama_decode.
+// named "<prefix>-<layer>" or "<prefix>_normed-<layer>" that are not RoPE
+// results (the projection, its bias sum, its per-head norm) and checks,
+// when the RoPE node named "<prefix>-<layer>" is reached, that its input
+// is the tensor copied last: what was captured is exactly what RoPE
+// rotates. Tensors of those names after that RoPE are ignored. It runs on
+// the thread that called llama_decode.
 struct ctxd_capture {
 	int32_t armed;
 	char prefix[16];
@@ -29,7 +31,7 @@ struct ctxd_capture {
 	int32_t ub_tokens;                // tokens in the ubatch being computed
 	int32_t t0, t1;                   // tokens of the ubatch to copy
 	int32_t row0;                     // output row of token t0
-	float *out;                       // [rows][n_slots][row_floats]
+	float *out;                       // [rows][n_slots][row_floats] (pinned Go memory)
 	float *scratch;                   // [ub_tokens][row_floats]
 	int32_t err;                      // first problem (CTXD_CAP_ERR_*)
 	int32_t err_layer;
@@ -82,11 +84,15 @@ static void ctxd_capture_begin_ubatch(struct ctxd_capture *c, int32_t ub_tokens,
 	c->armed = t0 < t1;
 }
 
-// ctxd_capture_layer parses "<prefix>-<il>" and returns il when the layer
-// is wanted, else -1.
+// ctxd_capture_layer parses "<prefix>-<il>" or "<prefix>_normed-<il>"
+// (Qwen3, Gemma: the per-head norm RoPE then rotates) and returns il when
+// the layer is wanted, else -1.
 static int ctxd_capture_layer(const struct ctxd_capture *c, const char *name) {
-	if (strncmp(name, c->prefix, c->prefix_len) != 0 || name[c->prefix_len] != '-') return -1;
-	const char *p = name + c->prefix_len + 1;
+	if (strncmp(name, c->prefix, c->prefix_len) != 0) return -1;
+	const char *p = name + c->prefix_len;
+	if (strncmp(p, "_normed", 7) == 0) p += 7;
+	if (*p != '-') return -1;
+	p++;
 	if (*p < '0' || *p > '9') return -1;
 	int il = 0;
 	for (; *p; p++) {
@@ -155,7 +161,7 @@ static bool ctxd_eval_cb(struct ggml_tensor *t, bool ask, void *data) {
 	struct ctxd_capture *c = data;
 	if (!c->armed) return false;
 	int il = ctxd_capture_layer(c, t->name);
-	if (il < 0) return false;
+	if (il < 0 || c->verified[il]) return false; // after RoPE: not ours (Llama 4 norms then)
 	if (t->op == GGML_OP_ROPE) {
 		if (ask) {
 			const struct ggml_tensor *src = t->src[0];
@@ -182,6 +188,7 @@ import "C"
 
 import (
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/ctxd/ctxd/engine"
@@ -211,11 +218,13 @@ type captureSpec struct {
 	Last   int
 }
 
-// capture is one capturing decode in progress: the C buffers it fills.
+// capture is one capturing decode in progress. The callback writes the
+// rows straight into out, a Go slice pinned for the call.
 type capture struct {
 	c     *C.struct_ctxd_capture
 	spec  captureSpec
-	rowF  int // floats per (row, layer)
+	out   []float32
+	pin   runtime.Pinner
 	total int // last tokens of the call: rows of the output
 	nTok  int // tokens of the call
 }
@@ -228,16 +237,13 @@ func (c *Context) startCapture(s captureSpec, n, ub int) (*capture, error) {
 		return nil, fmt.Errorf("%w: context made without the graph callback", engine.ErrInvalidArgument)
 	}
 	rowF := s.Heads * c.model.facts.HeadDim
-	outBytes := C.size_t(s.Last * len(s.Layers) * rowF * 4)
-	cc.out = (*C.float)(C.malloc(outBytes))
+	k := &capture{c: cc, spec: s, total: s.Last, nTok: n, out: make([]float32, s.Last*len(s.Layers)*rowF)}
 	cc.scratch = (*C.float)(C.malloc(C.size_t(ub * rowF * 4)))
-	if cc.out == nil || cc.scratch == nil {
-		C.free(unsafe.Pointer(cc.out))
-		C.free(unsafe.Pointer(cc.scratch))
-		cc.out, cc.scratch = nil, nil
-		return nil, fmt.Errorf("%w: no memory for a capture of %d bytes", engine.ErrContextFull, int(outBytes))
+	if cc.scratch == nil {
+		return nil, fmt.Errorf("%w: no memory for a capture of %d rows of %d values", engine.ErrContextFull, ub, rowF)
 	}
-	C.memset(unsafe.Pointer(cc.out), 0, outBytes)
+	k.pin.Pin(&k.out[0])
+	cc.out = (*C.float)(unsafe.Pointer(&k.out[0]))
 	p := C.CString(s.Prefix)
 	C.ctxd_capture_set_prefix(cc, p)
 	C.free(unsafe.Pointer(p))
@@ -252,7 +258,7 @@ func (c *Context) startCapture(s captureSpec, n, ub int) (*capture, error) {
 	cc.row_floats = C.int64_t(rowF)
 	cc.err = 0
 	cc.copies = 0
-	return &capture{c: cc, spec: s, rowF: rowF, total: s.Last, nTok: n}, nil
+	return k, nil
 }
 
 // beginBatch arms the capture for the ubatch of tokens [off,end) of the
@@ -295,22 +301,19 @@ func (k *capture) endBatch() error {
 	return nil
 }
 
-// finish copies the captured rows out (in HeadVectors order: row, layer,
-// head, dim) and frees the C buffers.
+// finish returns the captured rows (in HeadVectors order: row, layer,
+// head, dim) and releases the capture.
 func (k *capture) finish() []float32 {
-	n := k.total * len(k.spec.Layers) * k.rowF
-	out := make([]float32, n)
-	copy(out, unsafe.Slice((*float32)(unsafe.Pointer(k.c.out)), n))
 	k.abandon()
-	return out
+	return k.out
 }
 
-// abandon disarms the callback and frees the C buffers.
+// abandon disarms the callback, frees the scratch and unpins the output.
 func (k *capture) abandon() {
 	k.c.armed = 0
-	C.free(unsafe.Pointer(k.c.out))
 	C.free(unsafe.Pointer(k.c.scratch))
 	k.c.out, k.c.scratch = nil, nil
+	k.pin.Unpin()
 	slots := unsafe.Slice((*C.int32_t)(k.c.slot), int(k.c.n_layer))
 	for i := range slots {
 		slots[i] = -1

@@ -176,17 +176,25 @@ func (t ropeTable) undo(v []float32, row, heads, dim int) {
 		return
 	}
 	cs := t.cs[row*t.half*2 : (row+1)*t.half*2]
+	half := t.half
 	for h := 0; h < heads; h++ {
 		x := v[h*dim : (h+1)*dim]
-		for i := 0; i < t.half; i++ {
-			a, b := 2*i, 2*i+1
-			if t.r.kind == ropeNeox {
-				a, b = i, i+t.half
+		if t.r.kind == ropeNeox {
+			lo, hi := x[:half], x[half:2*half]
+			for i := range lo {
+				c, s := cs[2*i], cs[2*i+1]
+				y0, y1 := lo[i], hi[i]
+				lo[i] = y0*c + y1*s
+				hi[i] = y1*c - y0*s
 			}
+			continue
+		}
+		x = x[:2*half]
+		for i := 0; i < half; i++ {
 			c, s := cs[2*i], cs[2*i+1]
-			y0, y1 := x[a], x[b]
-			x[a] = y0*c + y1*s
-			x[b] = y1*c - y0*s
+			y0, y1 := x[2*i], x[2*i+1]
+			x[2*i] = y0*c + y1*s
+			x[2*i+1] = y1*c - y0*s
 		}
 	}
 }
