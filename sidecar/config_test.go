@@ -21,7 +21,7 @@ func TestHotConfigComesFromPolicy(t *testing.T) {
 	}
 	hc, err := resolveHot(&cfg, facts, capa)
 	want, _ := policy.ResolveHotLimits(policy.HotLimitsInput{HotTokens: 1024, TrainedContext: 4096})
-	if err != nil || hc.limits() != want || hc.sinks != policy.DefaultSinkTokens || hc.block != policy.DefaultHotBlockTokens || hc.scorers != policy.ScorerLexical {
+	if err != nil || hc.limits() != want || hc.sinks != policy.DefaultSinkTokens || hc.block != policy.DefaultHotBlockTokens || hc.scorers != defaultScorers {
 		t.Fatalf("defaults: %+v, %v; want %+v", hc, err, want)
 	}
 	cfg = Config{HotTokens: 1024, SinkTokens: NoSinks, Scorers: "none"}
