@@ -61,7 +61,8 @@
 // (throughputs measured at load), session.go (a session's tape and segment
 // spans), sessions.go (opening, parking and closing sessions), invalidate.go
 // (invalidation hints), hot.go (hot-set mode), retrieval.go (retrieval
-// candidates for explain), orphan.go (adopting parked blocks of gone
+// candidates for explain), attention.go (the attention scorer: key
+// summaries, the query probe, fusion), orphan.go (adopting parked blocks of gone
 // sessions), cold.go (the SSD tier), snapshot.go (snapshots: format,
 // capture, restore, resume, automatic snapshots), explain.go
 // (ExplainContext), view.go (published views read without the engine),
