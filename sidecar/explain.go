@@ -29,10 +29,7 @@ func (srv *Server) buildExplain(sess *session) *pb.ExplainReply {
 	}
 	rep.ResidentTokens = int64(len(sess.tape))
 	rep.Restore = sess.lastRestore
-	hotRanges := [][2]int{{0, len(sess.tape)}}
-	if h := sess.hot; h != nil {
-		hotRanges = explainHot(rep, sess)
-	}
+	hotRanges := sess.layout.explain(rep)
 	for _, r := range hotRanges {
 		if r[1] > r[0] {
 			rep.HotRanges = append(rep.HotRanges, &pb.TokenRange{Start: int64(r[0]), End: int64(r[1])})
@@ -53,24 +50,24 @@ func (srv *Server) buildExplain(sess *session) *pb.ExplainReply {
 	return rep
 }
 
-// explainHot fills the hot-set figures and returns the tape ranges that
-// are in the engine.
-func explainHot(rep *pb.ExplainReply, sess *session) [][2]int {
-	h := sess.hot
+// explain fills the hot-set figures and returns the tape ranges that are
+// in the engine.
+func (h *hotSet) explain(rep *pb.ExplainReply) [][2]int {
+	sess := h.sess
 	var ranges [][2]int
 	for _, b := range h.blocks {
 		switch {
-		case b.hot:
+		case b.res.inEngine():
 			rep.HotTokens += int64(b.n)
 			rep.HotBlocks++
 			ranges = append(ranges, [2]int{b.vstart, b.vstart + b.n})
 			if b.retrieved {
 				rep.Retrieved = append(rep.Retrieved, &pb.RetrievedBlock{BlockId: b.id, FirstToken: int64(b.vstart), Tokens: int64(b.n), Score: b.score, Reason: b.reason})
 			}
-		case b.stored:
+		case b.res == resParked:
 			rep.ParkedTokens += int64(b.n)
 			rep.ParkedBlocks++
-		case b.cold:
+		case b.res == resSpilled:
 			rep.ColdTokens += int64(b.n)
 			rep.ColdBlocks++
 		default:

@@ -138,7 +138,7 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 		KvType:         srv.cfg.KVType.String(),
 		FlashAttention: srv.cfg.FlashAttention,
 		SystemInfo:     llama.SystemInfo(),
-		Cold:           srv.coldStatus(),
+		Cold:           srv.ssdStatus(),
 	}
 	srv.mu.Lock()
 	r.Sessions = int32(len(srv.sessions))
@@ -170,7 +170,7 @@ func capacityToWire(c policy.Capacity) *pb.Capacity {
 func (srv *Server) capacityReply() *pb.Capacity {
 	c := capacityToWire(srv.slot.capacity)
 	if hc := srv.slot.hot; hc.budget > 0 {
-		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.limit), int64(hc.window), srv.slot.arenaBytes
+		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.limit), int64(hc.window), srv.tiers.arenaBytes
 		c.ArenaTokens = int64(srv.slot.sessionTokens() - hc.limit)
 	}
 	c.SessionTokens = int64(srv.slot.sessionTokens())
@@ -201,13 +201,10 @@ func (srv *Server) loadLocked(ctx context.Context, path string, ctxTokens int) e
 	if err != nil {
 		return err
 	}
-	srv.metrics.setArena(srv.slot.arena)
 	srv.mu.Lock()
 	srv.nextSession = max(srv.nextSession, srv.slot.arenaMaxSession)
 	srv.mu.Unlock()
-	if srv.cold != nil {
-		srv.slot.coldBytes = srv.cold.Stats().QuotaBytes
-	}
+	srv.slot.ssdBytes = srv.tiers.ssdQuota()
 	srv.publishSlot()
 	c := srv.slot.capacity
 	srv.log.Info("model loaded", "path", path, "digest", srv.slot.facts.Digest[:16],
@@ -227,7 +224,6 @@ func (srv *Server) unloadModel(ctx context.Context) error {
 		return fmt.Errorf("%w: %d sessions are open", protocol.ErrModelBusy, srv.slot.holders)
 	}
 	srv.slot.unload()
-	srv.metrics.setArena(nil)
 	srv.publishSlot()
 	return nil
 }

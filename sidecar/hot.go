@@ -31,34 +31,84 @@ import (
 //   - the tail holds tape[tailV:], at positions [tailP, physEnd);
 //   - blocks partition tape[:tailV] in order.
 
+// Positions: a "v" coordinate (vstart, tailV) is a tape index, the
+// token's place in the session's stream; a "p" coordinate (pstart, tailP,
+// pos0) is an engine position in sequence 0. Dense sessions have v = p; a
+// hot set moves blocks, so a block's p changes while its v never does.
+
+// residency is where a block's KV is: in the engine or not, and which
+// tier below it (tiers.go) holds a copy. One value, so no combination of
+// flags can contradict another.
+type residency uint8
+
+const (
+	resLost       residency = iota // nowhere: the block can never come back
+	resParked                      // in the arena only
+	resSpilled                     // in the SSD tier only (a full arena spilled it)
+	resHotOnly                     // in the engine only: lost if evicted
+	resHotParked                   // in the engine, a copy in the arena
+	resHotSpilled                  // in the engine, a copy in the SSD tier
+)
+
+// residencyOf is the residency of a block in the engine or not, with a
+// copy in where.
+func residencyOf(inEngine bool, where tier) residency {
+	r := [...]residency{tierNone: resLost, tierArena: resParked, tierSSD: resSpilled}[where]
+	if inEngine {
+		r += resHotOnly
+	}
+	return r
+}
+
+// inEngine reports whether the block's KV is in the engine (it is hot).
+func (r residency) inEngine() bool { return r >= resHotOnly }
+
+// copyTier is the tier holding the block's copy below the engine.
+func (r residency) copyTier() tier {
+	return [...]tier{tierNone, tierArena, tierSSD}[r%resHotOnly]
+}
+
+// evicted is the residency after the engine lets the block go.
+func (r residency) evicted() residency { return residencyOf(false, r.copyTier()) }
+
+// admitted is the residency after the block came back into the engine.
+func (r residency) admitted() residency { return residencyOf(true, r.copyTier()) }
+
+// withCopy is the residency with the copy below the engine in where.
+func (r residency) withCopy(where tier) residency { return residencyOf(r.inEngine(), where) }
+
+func (r residency) String() string {
+	return [...]string{"lost", "parked", "spilled", "hot", "hot+parked", "hot+spilled"}[r]
+}
+
 // hotBlock is one sealed block of a session's stream.
 type hotBlock struct {
 	id        uint64
 	seq       int
-	vstart, n int // tape range
+	vstart, n int // tape range [vstart, vstart+n)
 	class     policy.CacheClass
 	kind      policy.SegmentKind
 	segID     string
 	pinned    bool
 	chain     shm.Hash
-	hot       bool
-	pstart    int  // position when hot
-	pos0      int  // position its KV was extracted at
-	stored    bool // its KV is in the arena
+	res       residency
+	pstart    int           // engine position while in the engine
+	pos0      int           // engine position its KV was extracted at (its copies')
+	ssdKey    coldstore.Key // its KV's key in the SSD tier once known; zero: none
 	lastUsed  int64
 	score     float64
 	reason    string
-	retrieved bool
-	coldKey   coldstore.Key // its parked KV's key in the SSD tier, once known
-	hasKey    bool
-	cold      bool // its KV is in the SSD tier only (spilled from a full arena)
+	retrieved bool // in the engine because this turn's retrieval chose it
 }
 
-// hotState is a session's hot-set bookkeeping.
-type hotState struct {
+// hotSet is a session in hot-set mode: its blocks, its open tail and its
+// retrieval index. It is the session's layout (layout.go).
+type hotSet struct {
+	env        *layoutEnv
+	sess       *session
 	blocks     []*hotBlock
 	tailV      int // tape index where the open tail starts
-	tailP      int // its position in the engine
+	tailP      int // engine position of the tail's first token
 	index      *policy.BM25Index
 	turn       int64
 	plan       *policy.HotSetPlan
@@ -80,18 +130,28 @@ type hotConfig struct {
 	noShift               bool // the model cannot shift: hot set off, dense fallback
 }
 
-func newHotState() *hotState {
-	idx, _ := policy.NewBM25Index(policy.DefaultBM25Options())
-	return &hotState{index: idx}
+func newHotSet(env *layoutEnv, sess *session) *hotSet {
+	h := &hotSet{env: env, sess: sess}
+	h.resetState()
+	return h
 }
 
-func (h *hotState) physEnd(sess *session) int { return h.tailP + len(sess.tape) - h.tailV }
+// resetState forgets every block (their copies are the caller's to free).
+func (h *hotSet) resetState() {
+	idx, _ := policy.NewBM25Index(policy.DefaultBM25Options())
+	*h = hotSet{env: h.env, sess: h.sess, index: idx}
+}
+
+func (h *hotSet) mode() string   { return "hot" }
+func (h *hotSet) maxTokens() int { return h.env.sessionTokens() }
+
+func (h *hotSet) physEnd() int { return h.tailP + len(h.sess.tape) - h.tailV }
 
 // used counts the tokens in the engine (hot blocks and the tail).
-func (h *hotState) used(sess *session) int {
-	n := len(sess.tape) - h.tailV
+func (h *hotSet) used() int {
+	n := len(h.sess.tape) - h.tailV
 	for _, b := range h.blocks {
-		if b.hot {
+		if b.res.inEngine() {
 			n += b.n
 		}
 	}
@@ -99,21 +159,21 @@ func (h *hotState) used(sess *session) int {
 }
 
 // nextSeal is the tape length at which the open tail becomes a block.
-func (srv *Server) nextSeal(h *hotState) int {
-	hc := srv.slot.hot
+func (h *hotSet) nextSeal() int {
+	hc := h.env.hot
 	if h.tailV < hc.sinks {
 		return hc.sinks
 	}
 	return h.tailV + hc.block
 }
 
-// hotAppend decodes toks after the tape, evicting hot blocks first whenever
-// the next chunk would pass the limit, and seals blocks as they fill.
-// Eviction frees room for a whole chunk at once (a quarter of the hot
-// budget), so prefill runs in large batches and positions are compacted
-// once per chunk, not once per block.
-func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.Token) error {
-	h, hc, ectx := sess.hot, srv.slot.hot, srv.slot.ectx
+// appendTokens decodes toks after the tape, evicting hot blocks first
+// whenever the next chunk would pass the limit, and seals blocks as they
+// fill. Eviction frees room for a whole chunk at once (a quarter of the
+// hot budget), so prefill runs in large batches and positions are
+// compacted once per chunk, not once per block.
+func (h *hotSet) appendTokens(ctx context.Context, toks []engine.Token) error {
+	sess, hc, ectx := h.sess, h.env.hot, h.env.ectx
 	batch := ectx.Options().BatchTokens
 	chunk := max(hc.block, hc.limit/4)
 	total := len(toks)
@@ -121,15 +181,15 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 	for len(toks) > 0 {
 		reportProgress(ctx, "prefill", total-len(toks), total)
 		if len(toks) < total {
-			if err := srv.yield(sess); err != nil { // other sessions' turns
+			if err := h.env.yield(sess); err != nil { // other sessions' turns
 				return err
 			}
 		}
 		want := min(len(toks), chunk)
 		evicted := false
-		for hc.limit-h.used(sess) < want {
-			if err := srv.evictOne(sess); err != nil {
-				if hc.limit-h.used(sess) > 0 {
+		for hc.limit-h.used() < want {
+			if err := h.evictOne(); err != nil {
+				if hc.limit-h.used() > 0 {
 					break // protected blocks fill the rest: use what is free
 				}
 				return err
@@ -137,11 +197,11 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 			evicted = true
 		}
 		if evicted {
-			if err := srv.compact(sess); err != nil {
+			if err := h.compact(); err != nil {
 				return err
 			}
 		}
-		end := h.physEnd(sess)
+		end := h.physEnd()
 		n := min(len(toks), hc.limit-end, batch)
 		if err := ectx.Decode(ctx, toks[:n], end); err != nil {
 			sess.logitsAt = -1
@@ -150,8 +210,8 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 		sess.tape = append(sess.tape, toks[:n]...)
 		sess.logitsAt = len(sess.tape)
 		toks = toks[n:]
-		for len(sess.tape) >= srv.nextSeal(h) {
-			srv.seal(sess)
+		for len(sess.tape) >= h.nextSeal() {
+			h.seal(ctx)
 		}
 	}
 	return nil
@@ -159,21 +219,23 @@ func (srv *Server) hotAppend(ctx context.Context, sess *session, toks []engine.T
 
 // seal turns the open tail into a block: its KV is copied to the arena
 // (when the arena has room) and its tokens indexed for retrieval.
-func (srv *Server) seal(sess *session) {
-	h := sess.hot
-	n := srv.nextSeal(h) - h.tailV
+func (h *hotSet) seal(ctx context.Context) {
+	sess := h.sess
+	n := h.nextSeal() - h.tailV
 	var prev shm.Hash
 	if k := len(h.blocks); k > 0 {
 		prev = h.blocks[k-1].chain
 	}
 	toks := sess.tape[h.tailV : h.tailV+n]
 	b := &hotBlock{
-		id: srv.newBlockID(), seq: len(h.blocks), vstart: h.tailV, n: n,
-		chain: shm.ChainHash(prev, toks), hot: true, pstart: h.tailP, pos0: h.tailP, lastUsed: h.turn,
+		id: h.env.newBlockID(), seq: len(h.blocks), vstart: h.tailV, n: n,
+		chain: shm.ChainHash(prev, toks), res: resHotOnly, pstart: h.tailP, pos0: h.tailP, lastUsed: h.turn,
 	}
 	b.class, b.kind, b.segID, b.pinned = blockClass(sess.spans, b.vstart, b.vstart+n)
-	if r, err := srv.slot.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
-		b.stored = srv.arenaPut(sess, b, toks, r.Blob)
+	if r, err := h.env.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
+		if h.park(ctx, b, toks, r.Blob) {
+			b.res = b.res.withCopy(tierArena)
+		}
 	} else {
 		h.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
 	}
@@ -203,110 +265,66 @@ func blockClass(spans []span, v0, v1 int) (policy.CacheClass, policy.SegmentKind
 	return class, kind, id, pinned
 }
 
-// arenaPut parks a block's KV, making room by dropping the most evictable
-// parked blocks of the session when the arena is full.
-func (srv *Server) arenaPut(sess *session, b *hotBlock, toks []engine.Token, kv []byte) bool {
-	a := srv.slot.arena
-	if a == nil {
+// park copies a block's KV to the arena, making room when it is full by
+// spilling the session's most evictable parked block to the SSD tier (or
+// dropping it when the SSD tier cannot take it). It reports whether the
+// block was parked.
+func (h *hotSet) park(ctx context.Context, b *hotBlock, toks []engine.Token, kv []byte) bool {
+	t := h.env.tiers
+	if t.arena == nil {
 		return false
 	}
-	blk := shm.Block{ID: b.id, Session: sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
-		SegID: truncate(b.segID, shm.MaxSegIDLen), Pos: int32(b.pos0), Tokens: toks, KV: kv}
+	blk := shm.Block{ID: b.id, Session: h.sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
+		SegID: clipString(b.segID, shm.MaxSegIDLen), Pos: int32(b.pos0), Tokens: toks, KV: kv}
 	for {
-		err := a.Put(blk)
+		err := t.park(blk)
 		if err == nil {
-			srv.metrics.arenaParked.Inc()
 			return true
 		}
 		if !errors.Is(err, shm.ErrArenaFull) {
-			sess.hot.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
+			h.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
 			return false
 		}
-		if srv.slot.freeOrphan() {
-			continue // closed sessions' blocks go first
-		}
-		victim := srv.arenaVictim(sess)
+		victim := h.arenaVictim()
 		if victim == nil {
-			sess.hot.note(fmt.Sprintf("arena full: block %d kept only while hot", b.id))
+			h.note(fmt.Sprintf("arena full: block %d kept only while hot", b.id))
 			return false
 		}
-		if err := srv.spill(sess, victim); err != nil {
-			srv.metrics.arenaDropped.Inc()
-			sess.hot.note(fmt.Sprintf("arena full: dropped parked block %d (tokens %d..%d, %s); the SSD tier could not take it: %v", victim.id, victim.vstart, victim.vstart+victim.n, victim.class, err))
+		if err := h.spill(ctx, victim); err != nil {
+			h.env.metrics.arenaDropped.Inc()
+			h.note(fmt.Sprintf("arena full: dropped parked block %d (tokens %d..%d, %s); the SSD tier could not take it: %v", victim.id, victim.vstart, victim.vstart+victim.n, victim.class, err))
+			victim.res = victim.res.withCopy(tierNone)
 		}
-		a.Delete(victim.id)
-		victim.stored = false
+		t.dropParked(victim.id)
 	}
 }
 
-// spill hands a parked block's KV to the SSD tier before the arena drops
-// it: the block stays retrievable (admission reads it back from the SSD).
-// Compression and the write run in the tier's background workers; when
-// their queue is full the write happens here (back-pressure, not loss).
-func (srv *Server) spill(sess *session, b *hotBlock) error {
-	if srv.cold == nil {
-		return fmt.Errorf("the SSD tier is off: %s", srv.coldOff)
-	}
-	if err := srv.cold.Err(); err != nil {
-		return err
-	}
-	kv, err := srv.slot.arena.ReadKV(b.id, nil)
+// spill moves a parked block's copy from the arena to the SSD tier: the
+// block stays retrievable (admission reads it back from the SSD).
+func (h *hotSet) spill(ctx context.Context, b *hotBlock) error {
+	toks := append([]engine.Token(nil), h.sess.tape[b.vstart:b.vstart+b.n]...)
+	meta := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0, Class: uint8(b.class), Segment: b.segID}
+	key, err := h.env.tiers.spill(ctx, b.id, b.ssdKey, meta)
 	if err != nil {
 		return err
 	}
-	if !b.hasKey {
-		b.coldKey, b.hasKey = contentKey(srv.coldCompat(), b.chain, b.pos0, kv), true
-	}
-	toks := append([]engine.Token(nil), sess.tape[b.vstart:b.vstart+b.n]...)
-	meta := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0,
-		ElemBytes: elemBytes(srv.cfg.KVType), Class: uint8(b.class), Segment: b.segID}
-	if !srv.cold.Has(b.coldKey) {
-		stored := toCold(kv)
-		err := srv.cold.Enqueue(b.coldKey, meta, stored)
-		if errors.Is(err, coldstore.ErrQueueFull) {
-			err = srv.cold.Put(context.Background(), b.coldKey, meta, stored)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	// The SSD copy is now the block's only one: spare it from the quota's
-	// collection while the session may still retrieve it.
-	srv.cold.Pin(b.coldKey)
-	b.cold = true
+	b.ssdKey, b.res = key, b.res.withCopy(tierSSD)
 	return nil
 }
 
-// dropCold forgets a block's SSD copy: the quota may collect it again.
-func (srv *Server) dropCold(b *hotBlock) {
-	if b.cold && b.hasKey && srv.cold != nil {
-		srv.cold.Unpin(b.coldKey)
-	}
-	b.cold = false
+// dropCopy frees the block's copy below the engine.
+func (h *hotSet) dropCopy(b *hotBlock) {
+	h.env.tiers.drop(b.res.copyTier(), b.id, b.ssdKey)
+	b.res = b.res.withCopy(tierNone)
 }
 
-// coldKV reads a spilled block back from the SSD tier, waiting for its
-// write when it is still queued.
-func (srv *Server) coldKV(ctx context.Context, b *hotBlock) ([]byte, error) {
-	if srv.cold == nil || !b.cold || !b.hasKey {
-		return nil, fmt.Errorf("block %d has no copy in the SSD tier", b.id)
-	}
-	kv, err := srv.coldGet(ctx, b.coldKey, b.id)
-	if errors.Is(err, coldstore.ErrNotFound) {
-		if ferr := srv.cold.Flush(ctx); ferr != nil {
-			return nil, ferr
-		}
-		kv, err = srv.coldGet(ctx, b.coldKey, b.id)
-	}
-	return kv, err
-}
-
-// arenaVictim is the session's most evictable parked block with KV.
-func (srv *Server) arenaVictim(sess *session) *hotBlock {
+// arenaVictim is the session's most evictable block parked in the arena
+// and not in the engine.
+func (h *hotSet) arenaVictim() *hotBlock {
 	var cands []policy.HotBlock
 	byID := map[uint64]*hotBlock{}
-	for _, b := range sess.hot.blocks {
-		if b.stored && !b.hot {
+	for _, b := range h.blocks {
+		if b.res == resParked {
 			cands = append(cands, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score, LastUsed: b.lastUsed})
 			byID[b.id] = b
 		}
@@ -317,14 +335,15 @@ func (srv *Server) arenaVictim(sess *session) *hotBlock {
 	return nil
 }
 
-func truncate(s string, n int) string {
+// clipString is s cut to at most n bytes.
+func clipString(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	return s[:n]
 }
 
-func (h *hotState) note(s string) {
+func (h *hotSet) note(s string) {
 	h.diag = append(h.diag, s)
 	if len(h.diag) > 32 {
 		h.diag = h.diag[len(h.diag)-32:]
@@ -333,35 +352,35 @@ func (h *hotState) note(s string) {
 
 // planBlocks describes the session's blocks (and its open tail) to the
 // planner.
-func (srv *Server) planBlocks(sess *session, unpin bool) []policy.HotBlock {
-	h := sess.hot
+func (h *hotSet) planBlocks(unpin bool) []policy.HotBlock {
+	sinks := h.env.hot.sinks
 	out := make([]policy.HotBlock, 0, len(h.blocks)+1)
 	for _, b := range h.blocks {
-		if !b.hot && !b.stored && !b.cold {
+		if b.res == resLost {
 			continue // its KV is gone: it can never come back
 		}
 		out = append(out, policy.HotBlock{
 			ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score,
-			LastUsed: b.lastUsed, Hot: b.hot, Pinned: b.pinned && !unpin, Sink: b.vstart == 0 && srv.slot.hot.sinks > 0,
+			LastUsed: b.lastUsed, Hot: b.res.inEngine(), Pinned: b.pinned && !unpin, Sink: b.vstart == 0 && sinks > 0,
 		})
 	}
-	if n := len(sess.tape) - h.tailV; n > 0 {
+	if n := len(h.sess.tape) - h.tailV; n > 0 {
 		out = append(out, policy.HotBlock{ID: tailID, Tokens: n, Class: policy.ClassVolatile, Kind: policy.KindTerminal,
-			Seq: len(h.blocks), LastUsed: h.turn, Hot: true, Recent: true, Sink: h.tailV == 0 && srv.slot.hot.sinks > 0})
+			Seq: len(h.blocks), LastUsed: h.turn, Hot: true, Recent: true, Sink: h.tailV == 0 && sinks > 0})
 	}
 	return out
 }
 
-// evictOne parks the most evictable hot block that is not protected; the
-// caller closes the hole with compact.
-func (srv *Server) evictOne(sess *session) error {
-	h, hc := sess.hot, srv.slot.hot
+// evictOne takes the most evictable hot block that is not protected out
+// of the engine; the caller closes the hole with compact.
+func (h *hotSet) evictOne() error {
+	hc := h.env.hot
 	var cands []policy.HotBlock
 	byID := map[uint64]*hotBlock{}
-	recentFrom := len(sess.tape) - hc.recent
+	recentFrom := len(h.sess.tape) - hc.recent
 	for _, b := range h.blocks {
 		protected := (b.vstart == 0 && hc.sinks > 0) || b.pinned || b.vstart+b.n > recentFrom
-		if b.hot && !protected {
+		if b.res.inEngine() && !protected {
 			cands = append(cands, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score, LastUsed: b.lastUsed, Hot: true})
 			byID[b.id] = b
 		}
@@ -370,28 +389,32 @@ func (srv *Server) evictOne(sess *session) error {
 	if len(order) == 0 {
 		// Pinned blocks fill the budget: unpin the oldest, with a diagnostic.
 		for _, b := range h.blocks {
-			if b.hot && b.pinned && b.vstart+b.n <= recentFrom {
+			if b.res.inEngine() && b.pinned && b.vstart+b.n <= recentFrom {
 				b.pinned = false
 				h.note(fmt.Sprintf("pinned segments exceed the hot budget %d: block %d (%s) unpinned", hc.limit, b.id, b.segID))
-				return srv.evictOne(sess)
+				return h.evictOne()
 			}
 		}
 		return fmt.Errorf("%w: the hot budget of %d tokens holds only protected tokens (sinks %d, recent window %d, tail %d)",
-			protocol.ErrResourceExhausted, hc.limit, hc.sinks, hc.recent, len(sess.tape)-h.tailV)
+			protocol.ErrResourceExhausted, hc.limit, hc.sinks, hc.recent, len(h.sess.tape)-h.tailV)
 	}
-	b := byID[order[0]]
-	if _, err := srv.slot.ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
+	return h.evict(byID[order[0]])
+}
+
+// evict takes block b out of the engine.
+func (h *hotSet) evict(b *hotBlock) error {
+	if _, err := h.env.ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
 		return engineErr(err)
 	}
-	b.hot, b.retrieved = false, false
+	b.res, b.retrieved = b.res.evicted(), false
 	h.evictions++
-	srv.metrics.evictions.Inc()
+	h.env.metrics.evictions.Inc()
 	return nil
 }
 
 // compact shifts hot ranges down so they tile [0, physEnd) again.
-func (srv *Server) compact(sess *session) error {
-	h := sess.hot
+func (h *hotSet) compact() error {
+	sess := h.sess
 	type rng struct {
 		b     *hotBlock // nil: the tail
 		start int
@@ -399,7 +422,7 @@ func (srv *Server) compact(sess *session) error {
 	}
 	var rs []rng
 	for _, b := range h.blocks {
-		if b.hot {
+		if b.res.inEngine() {
 			rs = append(rs, rng{b, b.pstart, b.n})
 		}
 	}
@@ -410,7 +433,7 @@ func (srv *Server) compact(sess *session) error {
 	next := 0
 	for _, r := range rs {
 		if r.start != next {
-			if err := srv.slot.ectx.Shift(r.start, r.start+r.n, next-r.start); err != nil {
+			if err := h.env.ectx.Shift(r.start, r.start+r.n, next-r.start); err != nil {
 				return engineErr(err)
 			}
 			sess.logitsAt = -1
@@ -428,10 +451,10 @@ func (srv *Server) compact(sess *session) error {
 	return nil
 }
 
-// hotTruncate keeps tape[:n] (rounded down to a block boundary when n falls
-// inside a sealed block) and returns the length kept.
-func (srv *Server) hotTruncate(sess *session, n int) (int, error) {
-	h, ectx := sess.hot, srv.slot.ectx
+// cut keeps tape[:n] (rounded down to a block boundary when n falls inside
+// a sealed block) and returns the length kept.
+func (h *hotSet) cut(n int) (int, error) {
+	sess, ectx := h.sess, h.env.ectx
 	if n >= len(sess.tape) {
 		return len(sess.tape), nil
 	}
@@ -440,21 +463,18 @@ func (srv *Server) hotTruncate(sess *session, n int) (int, error) {
 		if _, err := ectx.Remove(p, -1); err != nil {
 			return 0, engineErr(err)
 		}
-		sess.truncate(n)
+		sess.keepTape(n)
 		return n, nil
 	}
 	k := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart+h.blocks[i].n > n })
 	keep := h.blocks[k].vstart
 	for _, b := range h.blocks[k:] {
-		if b.hot {
+		if b.res.inEngine() {
 			if _, err := ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
 				return 0, engineErr(err)
 			}
 		}
-		if b.stored && srv.slot.arena != nil {
-			srv.slot.deleteBlock(b.id)
-		}
-		srv.dropCold(b)
+		h.dropCopy(b)
 		h.index.Remove(b.id)
 	}
 	if len(sess.tape) > h.tailV {
@@ -464,19 +484,20 @@ func (srv *Server) hotTruncate(sess *session, n int) (int, error) {
 	}
 	h.blocks = h.blocks[:k]
 	h.tailV = keep
-	sess.truncate(keep)
-	if err := srv.compact(sess); err != nil {
+	sess.keepTape(keep)
+	if err := h.compact(); err != nil {
 		return 0, err
 	}
 	return keep, nil
 }
 
-// hotSync is sync for hot-set mode: keep the common prefix, then stream
-// the rest in; with retrieve, parked blocks relevant to the new tokens are
-// brought back first (once per turn, in bulk).
-func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, needLogits, keepTail, retrieve bool) (syncResult, error) {
+// sync keeps the common prefix, then streams the rest in; with retrieve,
+// parked blocks relevant to the new tokens are brought back first (once
+// per turn, in bulk).
+func (h *hotSet) sync(ctx context.Context, target prompt, needLogits, keepTail, retrieve bool) (syncResult, error) {
+	sess := h.sess
 	r := syncResult{promptTokens: len(target.tokens)}
-	limit := srv.slot.sessionTokens()
+	limit := h.env.sessionTokens()
 	if len(target.tokens) > limit {
 		return r, protocol.OverflowError{PromptTokens: int64(len(target.tokens)), ContextTokens: int64(limit)}
 	}
@@ -491,7 +512,7 @@ func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, ne
 		keep--
 	}
 	before := len(sess.tape)
-	kept, err := srv.hotTruncate(sess, keep)
+	kept, err := h.cut(keep)
 	if err != nil {
 		return r, err
 	}
@@ -500,16 +521,16 @@ func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, ne
 	sess.spans = target.spans
 	newToks := target.tokens[kept:]
 	if retrieve && len(newToks) > 0 {
-		sess.hot.turn++
+		h.turn++
 		var turn []engine.Token
 		if target.turn > 0 && target.turn < len(target.tokens) {
 			turn = target.tokens[target.turn:]
 		}
-		if err := srv.retrieveFor(sess, newToks, turn); err != nil {
+		if err := h.retrieveFor(ctx, newToks, turn); err != nil {
 			return r, err
 		}
 	}
-	if err := srv.hotAppend(ctx, sess, newToks); err != nil {
+	if err := h.appendTokens(ctx, newToks); err != nil {
 		sess.spans = clipSpans(target.spans, len(sess.tape))
 		r.prefilled = len(sess.tape) - kept
 		return r, err
@@ -521,8 +542,8 @@ func (srv *Server) hotSync(ctx context.Context, sess *session, target prompt, ne
 // retrieveFor scores the parked blocks against what the turn brings (its
 // own segments, else the new tokens; policy.TurnQuery decides), plans the
 // hot set and moves blocks accordingly.
-func (srv *Server) retrieveFor(sess *session, newToks, turn []engine.Token) error {
-	h, hc := sess.hot, srv.slot.hot
+func (h *hotSet) retrieveFor(ctx context.Context, newToks, turn []engine.Token) error {
+	hc := h.env.hot
 	if len(h.blocks) == 0 {
 		return nil
 	}
@@ -552,15 +573,15 @@ func (srv *Server) retrieveFor(sess *session, newToks, turn []engine.Token) erro
 	if hc.scorers == policy.ScorerNone {
 		in.MinScore = math.Inf(1) // nothing is retrieved
 	}
-	in.Blocks = srv.planBlocks(sess, false)
+	in.Blocks = h.planBlocks(false)
 	plan, err := policy.PlanHotSet(in)
 	if errors.Is(err, policy.ErrHotBudget) {
 		h.note(fmt.Sprintf("pinned segments do not fit the hot budget (%v): planning without pins", err))
-		in.Blocks = srv.planBlocks(sess, true)
+		in.Blocks = h.planBlocks(true)
 		plan, err = policy.PlanHotSet(in)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: %v", protocol.ErrResourceExhausted, err)
+		return fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	}
 	rep.budgetTokens = plan.Limit - in.SuffixTokens - plan.ProtectedTokens
 	rep.admitted = map[uint64]bool{}
@@ -569,14 +590,14 @@ func (srv *Server) retrieveFor(sess *session, newToks, turn []engine.Token) erro
 			rep.admitted[e.ID] = true
 		}
 	}
-	if err := srv.applyPlan(sess, plan); err != nil {
+	if err := h.applyPlan(ctx, plan); err != nil {
 		return err
 	}
 	h.plan, h.retrieval = &plan, rep
 	return nil
 }
 
-func (h *hotState) find(id uint64) *hotBlock {
+func (h *hotSet) find(id uint64) *hotBlock {
 	// Blocks are created with increasing ids and kept in stream order.
 	i := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].id >= id })
 	if i < len(h.blocks) && h.blocks[i].id == id {
@@ -595,21 +616,20 @@ func (h *hotState) find(id uint64) *hotBlock {
 const tempBase = 1 << 24
 
 // applyPlan evicts, moves and admits blocks so the engine holds exactly
-// the plan's layout.
-func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
-	h, ectx := sess.hot, srv.slot.ectx
+// the plan's layout. A block whose copy cannot be read (a failure or ctx
+// ending) stays where it was and is not admitted; the layout closes over
+// its hole, and a cancelled ctx is reported once the layout is settled.
+func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
+	sess, ectx, t := h.sess, h.env.ectx, h.env.tiers
 	sess.logitsAt = -1
 	for _, id := range plan.Evict {
 		b := h.find(id)
-		if b == nil || !b.hot {
+		if b == nil || !b.res.inEngine() {
 			continue
 		}
-		if _, err := ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
-			return engineErr(err)
+		if err := h.evict(b); err != nil {
+			return err
 		}
-		b.hot, b.retrieved = false, false
-		h.evictions++
-		srv.metrics.evictions.Inc()
 	}
 	type move struct {
 		b        *hotBlock
@@ -629,7 +649,7 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 		if b == nil {
 			return fmt.Errorf("%w: plan names unknown block %d", protocol.ErrInternal, e.ID)
 		}
-		moves = append(moves, move{b: b, from: b.pstart, to: e.Start, n: b.n, admit: !b.hot, role: e.Role, reason: e.Reason})
+		moves = append(moves, move{b: b, from: b.pstart, to: e.Start, n: b.n, admit: !b.res.inEngine(), role: e.Role, reason: e.Reason})
 	}
 	// Park kept ranges far up, bring admitted blocks in, then settle.
 	for _, m := range moves {
@@ -644,36 +664,33 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 		if !m.admit {
 			continue
 		}
-		var err error
-		if m.b.stored {
-			kv, err = srv.readParkedKV(m.b.id, kv[:0])
-		} else {
-			kv, err = srv.coldKV(context.Background(), m.b)
-		}
+		where := m.b.res.copyTier()
+		got, err := t.fetch(ctx, where, m.b.id, m.b.ssdKey, kv[:0])
 		if err != nil {
-			if m.b.stored {
-				m.b.stored = false
-			} else {
-				srv.dropCold(m.b)
+			if where == tierArena && ctx.Err() == nil {
+				// The arena lost it: that copy is gone.
+				t.dropParked(m.b.id)
+				m.b.res = m.b.res.withCopy(tierNone)
 			}
-			h.note(fmt.Sprintf("block %d unreadable: %v", m.b.id, err))
+			// An SSD read that failed or was cancelled keeps the block
+			// spilled: a later turn may still bring it back.
+			h.note(fmt.Sprintf("block %d unreadable from the %s tier: %v", m.b.id, where, err))
 			continue
 		}
-		if err := srv.insertFetched(m.b.id, engine.Range{Pos0: m.b.pos0, Count: m.b.n, Blob: kv}, m.to); err != nil {
+		if where == tierArena {
+			kv = got // reuse the buffer; SSD reads bring their own
+		}
+		if err := t.insert(ectx, m.b.id, engine.Range{Pos0: m.b.pos0, Count: m.b.n, Blob: got}, m.to); err != nil {
 			// Bytes the engine refuses are as good as lost; the layout
 			// closes over the hole below, so the KV stays consistent.
-			if m.b.stored {
-				srv.slot.deleteBlock(m.b.id)
-			}
-			m.b.stored = false
-			srv.dropCold(m.b)
+			h.dropCopy(m.b)
 			h.note(fmt.Sprintf("block %d refused by the engine on admission: %v", m.b.id, err))
 			continue
 		}
-		m.b.hot = true
+		m.b.res = m.b.res.admitted()
 		m.b.pstart = m.to
 		h.admissions++
-		srv.metrics.admissions.Inc()
+		h.env.metrics.admissions.Inc()
 	}
 	for _, m := range moves {
 		if m.admit {
@@ -689,7 +706,7 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 		}
 	}
 	for _, m := range moves {
-		if m.b != nil {
+		if m.b != nil && m.b.res.inEngine() {
 			m.b.retrieved = m.role == policy.RoleRetrieved
 			m.b.reason = m.reason
 			if m.b.retrieved {
@@ -700,11 +717,51 @@ func (srv *Server) applyPlan(sess *session, plan policy.HotSetPlan) error {
 	if len(sess.tape) == h.tailV {
 		h.tailP = plan.SuffixStart
 	}
-	// A block the arena could not return leaves a hole: close it.
-	return srv.compact(sess)
+	// A block that could not be admitted leaves a hole: close it.
+	if err := h.compact(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return engineErr(err)
+	}
+	return nil
 }
 
-func (srv *Server) newBlockID() uint64 {
-	srv.slot.nextBlock++
-	return srv.slot.nextBlock
+// clear empties the session in the engine and frees its blocks' copies.
+func (h *hotSet) clear() error {
+	for _, b := range h.blocks {
+		h.dropCopy(b)
+	}
+	if _, err := h.env.ectx.Remove(0, -1); err != nil {
+		return engineErr(err)
+	}
+	h.reset()
+	return nil
 }
+
+func (h *hotSet) reset() {
+	h.sess.resetTape()
+	h.resetState()
+}
+
+// release frees the blocks' SSD pins and, with keep, leaves the parked
+// blocks as an orphan tape (orphan.go); the rest of the arena copies are
+// freed.
+func (h *hotSet) release(keep bool) {
+	for _, b := range h.blocks {
+		if b.res.copyTier() == tierSSD {
+			h.dropCopy(b)
+		}
+	}
+	if keep && h.env.tiers.arena != nil {
+		h.orphanBlocks()
+		h.blocks = nil
+	}
+	for _, b := range h.blocks {
+		h.dropCopy(b)
+	}
+	h.blocks = nil
+}
+
+// bestOrphan is the orphan tape sharing the longest prefix with target.
+func (h *hotSet) bestOrphan(target []engine.Token) (int, int) { return h.env.tiers.bestOrphan(target) }

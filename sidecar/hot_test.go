@@ -21,10 +21,13 @@ func checkHot(t *testing.T, srv *Server) {
 	}
 	defer srv.slot.release()
 	sess := srv.slot.resident
-	if sess == nil || sess.hot == nil {
+	if sess == nil {
 		return
 	}
-	h := sess.hot
+	h, ok := sess.layout.(*hotSet)
+	if !ok {
+		return
+	}
 	type r struct{ start, n int }
 	var rs []r
 	v := 0
@@ -33,7 +36,7 @@ func checkHot(t *testing.T, srv *Server) {
 			t.Fatalf("block %d starts at %d, want %d", b.id, b.vstart, v)
 		}
 		v += b.n
-		if b.hot {
+		if b.res.inEngine() {
 			rs = append(rs, r{b.pstart, b.n})
 		}
 	}
@@ -51,8 +54,8 @@ func checkHot(t *testing.T, srv *Server) {
 		}
 		next += x.n
 	}
-	if next != h.physEnd(sess) || next > srv.slot.hot.limit {
-		t.Fatalf("physEnd %d, tiles %d, limit %d", h.physEnd(sess), next, srv.slot.hot.limit)
+	if next != h.physEnd() || next > srv.slot.hot.limit {
+		t.Fatalf("physEnd %d, tiles %d, limit %d", h.physEnd(), next, srv.slot.hot.limit)
 	}
 	if used := srv.slot.ectx.Used(); used != next {
 		t.Fatalf("engine holds %d tokens, hot set %d", used, next)

@@ -41,7 +41,7 @@ func (srv *Server) reportEdit(ctx context.Context, connID uint64, r *pb.ReportEd
 				return nil
 			}
 			before := len(sess.tape)
-			if err := srv.truncateTo(sess, cut); err != nil {
+			if _, err := sess.layout.cut(cut); err != nil {
 				return err
 			}
 			rep.Sessions++
@@ -84,21 +84,4 @@ func turnCut(spans []span) int {
 		}
 	}
 	return -1
-}
-
-// truncateTo drops the session's tape and KV from tape index n on. The
-// caller holds the slot token and sess is resident.
-func (srv *Server) truncateTo(sess *session, n int) error {
-	if n >= len(sess.tape) {
-		return nil
-	}
-	if sess.hot != nil {
-		_, err := srv.hotTruncate(sess, n)
-		return err
-	}
-	if _, err := srv.slot.ectx.Remove(n, -1); err != nil {
-		return engineErr(err)
-	}
-	sess.truncate(n)
-	return nil
 }

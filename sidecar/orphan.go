@@ -1,7 +1,6 @@
 package sidecar
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -111,77 +110,50 @@ func collectOrphans(a *shm.Arena, log *slog.Logger) (tapes []*orphanTape, maxID,
 	return out, maxID, maxSession
 }
 
-// orphanFromSession keeps a closing hot-set session's parked blocks as an
-// orphan tape (the chain-contiguous prefix of stored blocks); the rest are
-// freed. The caller holds the slot token.
-func (srv *Server) orphanFromSession(sess *session) {
-	t := &orphanTape{since: time.Now()}
+// orphanBlocks keeps a closing session's parked blocks as an orphan tape
+// (the chain-contiguous prefix of blocks with an arena copy); the rest of
+// the arena copies are freed. The caller holds the slot token.
+func (h *hotSet) orphanBlocks() {
+	t := h.env.tiers
+	o := &orphanTape{since: time.Now()}
 	contiguous := true
-	for _, b := range sess.hot.blocks {
-		if !b.stored {
+	for _, b := range h.blocks {
+		if b.res.copyTier() != tierArena {
 			contiguous = false
 			continue
 		}
 		if !contiguous {
-			srv.slot.deleteBlock(b.id)
+			h.dropCopy(b)
 			continue
 		}
-		t.blocks = append(t.blocks, shm.Meta{ID: b.id, Session: sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
+		o.blocks = append(o.blocks, shm.Meta{ID: b.id, Session: h.sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
 			SegID: b.segID, Pos: int32(b.pos0), NTokens: b.n})
-		t.tokens = append(t.tokens, sess.tape[b.vstart:b.vstart+b.n]...)
+		o.tokens = append(o.tokens, h.sess.tape[b.vstart:b.vstart+b.n]...)
 	}
-	if len(t.blocks) > 0 {
-		srv.slot.orphans = append(srv.slot.orphans, t)
-	}
+	t.keepOrphan(o)
 }
 
-// freeOrphan drops the oldest orphan tape's blocks; false when none is left.
-func (s *slot) freeOrphan() bool {
-	if len(s.orphans) == 0 {
-		return false
+// adoptOrphan makes orphan tape i the empty hot-set session's stream: its
+// blocks become the session's parked blocks, and the sinks, pinned blocks
+// and the recent window come back into the engine. The stream is then cut
+// to its first upto tokens (a block boundary). The caller holds the
+// slot token and the session is resident.
+func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
+	t, hc, sess := h.env.tiers, h.env.hot, h.sess
+	o := t.takeOrphan(i)
+	if err := h.clear(); err != nil {
+		return 0, 0, err
 	}
-	t := s.orphans[0]
-	s.orphans = s.orphans[1:]
-	for _, m := range t.blocks {
-		s.deleteBlock(m.ID)
-	}
-	return true
-}
-
-// bestOrphan is the orphan tape sharing the longest token prefix with
-// target, and that length.
-func (s *slot) bestOrphan(target []engine.Token) (int, int) {
-	best, bestN := -1, 0
-	for i, t := range s.orphans {
-		if n := commonPrefix(t.tokens, target); n > bestN {
-			best, bestN = i, n
-		}
-	}
-	return best, bestN
-}
-
-// adoptOrphan makes orphan tape i the empty hot-set session sess's stream:
-// its blocks become the session's parked blocks, and the sinks, pinned
-// blocks and the recent window come back into the engine. The caller holds
-// the slot token and sess is resident.
-func (srv *Server) adoptOrphan(ctx context.Context, sess *session, i int) (int, error) {
-	s := srv.slot
-	t := s.orphans[i]
-	s.orphans = append(s.orphans[:i:i], s.orphans[i+1:]...)
-	if err := srv.clearSession(sess); err != nil {
-		return 0, err
-	}
-	h, hc := sess.hot, s.hot
 	v := 0
-	for k, m := range t.blocks {
+	for k, m := range o.blocks {
 		b := &hotBlock{id: m.ID, seq: k, vstart: v, n: m.NTokens, class: policy.CacheClass(m.Class), kind: policy.SegmentKind(m.Kind),
-			segID: m.SegID, pinned: policy.SegmentKind(m.Kind) == policy.KindPinned, chain: m.Chain, pos0: int(m.Pos), stored: true}
-		h.index.Add(b.id, t.tokens[v:v+b.n])
+			segID: m.SegID, pinned: policy.SegmentKind(m.Kind) == policy.KindPinned, chain: m.Chain, pos0: int(m.Pos), res: resParked}
+		h.index.Add(b.id, o.tokens[v:v+b.n])
 		h.blocks = append(h.blocks, b)
 		v += b.n
 	}
-	sess.tape = append(sess.tape[:0], t.tokens...)
-	sess.spans = []span{{seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, start: 0, end: len(t.tokens)}}
+	sess.tape = append(sess.tape[:0], o.tokens...)
+	sess.spans = []span{{seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, start: 0, end: len(o.tokens)}}
 	h.tailV, h.tailP = len(sess.tape), 0
 	// Bring back what must be hot: sinks and pinned blocks, then the most
 	// recent blocks that fit the recent window, in stream order.
@@ -209,19 +181,23 @@ func (srv *Server) adoptOrphan(ctx context.Context, sess *session, i int) (int, 
 			continue
 		}
 		var err error
-		if kv, err = srv.readParkedKV(b.id, kv[:0]); err == nil {
-			err = srv.insertFetched(b.id, engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}, pos)
+		if kv, err = t.readParked(b.id, kv[:0]); err == nil {
+			err = t.insert(h.env.ectx, b.id, engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}, pos)
 		}
 		if err != nil {
 			h.note(fmt.Sprintf("resumed block %d not brought back: %v", b.id, err))
 			continue
 		}
-		b.hot, b.pstart = true, pos
+		b.res, b.pstart = b.res.admitted(), pos
 		pos += b.n
 		h.admissions++
 	}
 	h.tailP = pos
 	sess.logitsAt = -1
 	h.note(fmt.Sprintf("resumed %d tokens (%d blocks) parked in the arena by a closed session or an earlier ctxd", len(sess.tape), len(h.blocks)))
-	return len(sess.tape), nil
+	n, err := h.cut(upto)
+	if err != nil {
+		return 0, 0, err
+	}
+	return n, len(h.blocks), nil
 }

@@ -38,7 +38,7 @@ func (r *retrievalReport) add(name string, took time.Duration, scores []policy.B
 }
 
 // wire renders the report for ExplainReply.
-func (r *retrievalReport) wire(h *hotState) *pb.RetrievalReport {
+func (r *retrievalReport) wire(h *hotSet) *pb.RetrievalReport {
 	out := &pb.RetrievalReport{Turn: r.turn, Scorers: r.scorers.String(), QueryTokens: int64(r.queryTokens), BudgetTokens: int64(r.budgetTokens)}
 	for _, run := range r.ranked {
 		sr := &pb.ScorerReport{Name: run.name, ScoringUs: run.took.Microseconds(), Blocks: int64(run.blocks), SummaryBytes: run.summaryBytes}
@@ -69,6 +69,6 @@ func (srv *Server) SetScorers(ctx context.Context, s policy.ScorerSet) error {
 	}
 	defer srv.slot.release()
 	srv.cfg.Scorers, srv.cfg.NoRetrieval = s.String(), false
-	srv.slot.hot.scorers = s
+	srv.slot.hot.scorers = s // sessions' layouts read the slot's settings
 	return nil
 }

@@ -42,7 +42,7 @@ type session struct {
 	tokCache map[[32]byte][]engine.Token
 	lastUsed time.Time
 	closed   bool
-	hot      *hotState // hot-set mode; nil for dense sessions
+	layout   layout // how the tape sits in the engine: dense or a hot set
 
 	// expireFrom is the first tape index the next sync may not reuse (an
 	// invalidate_on_turn segment of an ended turn), or -1.
@@ -50,7 +50,7 @@ type session struct {
 	version      uint64 // counts calls that may have changed the tape
 	savedVersion uint64 // version at the last snapshot
 	lastRestore  *pb.RestoreReport
-	cold         bool // no resume, no automatic snapshot
+	ephemeral    bool // opened "cold": never resumed, never snapshotted automatically
 
 	// explained is what Explain reports, published under the slot token
 	// at the end of each call and when a long call yields (view.go).
@@ -181,127 +181,21 @@ func tokenizeSegment(m engine.Model, seg policy.Segment) ([]engine.Token, error)
 	return out, nil
 }
 
-// sync makes the tape equal target (tokens and spans), keeping the longest
-// common prefix resident and prefilling the rest. With needLogits the last
-// token's logits are left in the engine (recomputing one token if all was
-// reused). With keepTail a tape that already extends target is left as is.
-// The caller holds the slot token and sess is resident.
-func (srv *Server) sync(ctx context.Context, sess *session, target prompt, needLogits, keepTail, retrieve bool) (syncResult, error) {
-	if sess.hot != nil {
-		return srv.hotSync(ctx, sess, target, needLogits, keepTail, retrieve)
-	}
-	r := syncResult{promptTokens: len(target.tokens)}
-	limit := srv.slot.contextTokens()
-	if len(target.tokens) > limit {
-		return r, protocol.OverflowError{PromptTokens: int64(len(target.tokens)), ContextTokens: int64(limit)}
-	}
-	lcp := sess.reusablePrefix(target.tokens)
-	r.reusable = lcp
-	keep := lcp
-	if keep == len(target.tokens) {
-		if keepTail && !needLogits {
-			r.reused = keep
-			return r, nil
-		}
-		if needLogits && keep > 0 && sess.logitsAt != keep {
-			keep-- // recompute the last token for its logits
-		}
-	}
-	ectx := srv.slot.ectx
-	if keep < len(sess.tape) {
-		n, err := ectx.Remove(keep, -1)
-		if err != nil {
-			return r, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
-		}
-		r.dropped = n
-		sess.truncate(keep)
-	}
-	if err := srv.prefill(ctx, sess, target, keep); err != nil {
-		return r, err
-	}
-	r.reused = keep
-	r.prefilled = len(target.tokens) - keep
-	// Adopt target's spans for the tokens it covers.
-	sess.spans = target.spans
-	return r, nil
-}
-
-// prefill decodes target.tokens[from:] in chunks, extending the tape as
-// each chunk lands so a cancellation keeps what was done.
-func (srv *Server) prefill(ctx context.Context, sess *session, target prompt, from int) error {
-	ectx := srv.slot.ectx
-	chunk := ectx.Options().BatchTokens * 4
-	if wantsProgress(ctx) {
-		chunk = ectx.Options().BatchTokens
-	}
-	for off, end := from, from; off < len(target.tokens); off = end {
-		reportProgress(ctx, "prefill", off-from, len(target.tokens)-from)
-		step := chunk
-		if off > from {
-			// Between chunks other sessions' calls get their turns; the
-			// spans say what the tape holds so far.
-			sess.spans = clipSpans(target.spans, len(sess.tape))
-			if err := srv.yield(sess); err != nil {
-				return err
-			}
-		}
-		if waiting, _ := srv.slot.token.contended(); waiting {
-			step = ectx.Options().BatchTokens // shorter steps while others wait
-		}
-		end = min(off+step, len(target.tokens))
-		if err := ectx.Decode(ctx, target.tokens[off:end], off); err != nil {
-			sess.logitsAt = -1
-			sess.spans = clipSpans(target.spans, len(sess.tape))
-			return engineErr(err)
-		}
-		sess.tape = append(sess.tape, target.tokens[off:end]...)
-		sess.logitsAt = len(sess.tape)
-	}
-	reportProgress(ctx, "prefill", len(target.tokens)-from, len(target.tokens)-from)
-	return nil
-}
-
-// appendTokens decodes toks after the tape: at their tape positions for a
-// dense session, through the hot set otherwise.
-func (srv *Server) appendTokens(ctx context.Context, sess *session, toks []engine.Token) error {
-	if sess.hot != nil {
-		return srv.hotAppend(ctx, sess, toks)
-	}
-	if len(sess.tape)+len(toks) > srv.slot.contextTokens() {
-		return protocol.OverflowError{PromptTokens: int64(len(sess.tape) + len(toks)), ContextTokens: int64(srv.slot.contextTokens())}
-	}
-	if err := srv.slot.ectx.Decode(ctx, toks, len(sess.tape)); err != nil {
-		sess.logitsAt = -1
-		return engineErr(err)
-	}
-	sess.tape = append(sess.tape, toks...)
-	sess.logitsAt = len(sess.tape)
-	return nil
-}
-
 // refreshLogits recomputes the tape's last token (in hot-set mode, the
 // rest of its block) so the engine holds the logits to sample from.
-func (srv *Server) refreshLogits(ctx context.Context, sess *session) error {
-	n := len(sess.tape)
-	spans := append([]span(nil), sess.spans...)
-	var kept int
-	if sess.hot != nil {
-		var err error
-		if kept, err = srv.hotTruncate(sess, n-1); err != nil {
-			return err
-		}
-	} else {
-		if _, err := srv.slot.ectx.Remove(n-1, -1); err != nil {
-			return engineErr(err)
-		}
-		kept = n - 1
+func (s *session) refreshLogits(ctx context.Context) error {
+	n := len(s.tape)
+	spans := append([]span(nil), s.spans...)
+	kept, err := s.layout.cut(n - 1)
+	if err != nil {
+		return err
 	}
-	// truncate only reslices: the dropped tokens are still in the array.
-	redo := append([]engine.Token(nil), sess.tape[kept:n]...)
-	sess.tape = sess.tape[:kept]
-	sess.spans = spans
-	if err := srv.appendTokens(ctx, sess, redo); err != nil {
-		sess.spans = clipSpans(spans, len(sess.tape))
+	// keepTape only reslices: the dropped tokens are still in the array.
+	redo := append([]engine.Token(nil), s.tape[kept:n]...)
+	s.tape = s.tape[:kept]
+	s.spans = spans
+	if err := s.layout.appendTokens(ctx, redo); err != nil {
+		s.spans = clipSpans(spans, len(s.tape))
 		return err
 	}
 	return nil
@@ -317,7 +211,9 @@ func (s *session) reusablePrefix(target []engine.Token) int {
 	return lcp
 }
 
-func (s *session) truncate(n int) {
+// keepTape keeps tape[:n] in the bookkeeping (spans, expiry, logits); the
+// layout has already removed the KV from n on.
+func (s *session) keepTape(n int) {
 	if s.expireFrom >= n {
 		s.expireFrom = -1 // the expired tokens are gone
 	}

@@ -49,14 +49,12 @@ func (srv *Server) openSession(ctx context.Context, connID uint64, r *pb.OpenSes
 	srv.mu.Lock()
 	srv.nextSession++
 	sess := newSession(srv.nextSession, r.GetName(), connID)
-	sess.cold = r.GetCold()
+	sess.ephemeral = r.GetCold()
 	srv.sessions[sess.id] = sess
 	srv.mu.Unlock()
 	srv.slot.holders++
 	srv.log.Debug("session opened", "session", sess.id, "name", sess.name, "conn", connID)
-	if srv.slot.hot.budget > 0 {
-		sess.hot = newHotState()
-	}
+	sess.layout = srv.newLayout(sess)
 	srv.publishSession(sess)
 	return &pb.OpenSessionReply{SessionId: sess.id, ContextTokens: int64(srv.slot.sessionTokens()), CompatKey: srv.compatKey("plain")}, nil
 }
@@ -157,7 +155,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 			// like a stored snapshot takes its KV instead of prefilling.
 			resumed, resumedTokens = srv.resume(ctx, sess, target.tokens)
 		}
-		res, err = srv.sync(ctx, sess, target, false, true, false)
+		res, err = sess.layout.sync(ctx, target, false, true, false)
 		if errors.Is(err, protocol.ErrContextOverflow) {
 			return err // nothing was touched
 		}
@@ -199,7 +197,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 			return err
 		}
 		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...), turn: len(stable.tokens)}
-		res, err = srv.sync(ctx, sess, target, true, false, true)
+		res, err = sess.layout.sync(ctx, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
 		base := len(stable.tokens)
 		res.reusable = max(0, res.reusable-base)
@@ -242,7 +240,7 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 		}
 		if sess.logitsAt != len(sess.tape) || ectx.Logits() == nil {
 			// Logits were lost (parked, or nothing prefilled).
-			if err := srv.refreshLogits(ctx, sess); err != nil {
+			if err := sess.refreshLogits(ctx); err != nil {
 				return err
 			}
 		}
@@ -279,7 +277,7 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 					return err
 				}
 				if sess.logitsAt != len(sess.tape) {
-					if err := srv.refreshLogits(ctx, sess); err != nil {
+					if err := sess.refreshLogits(ctx); err != nil {
 						if ctx.Err() != nil {
 							reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
 							return nil
@@ -323,7 +321,7 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 				reply.Reason = pb.StopReason_STOP_REASON_CONTEXT_FULL
 				break
 			}
-			if err := srv.appendTokens(ctx, sess, []engine.Token{tok}); err != nil {
+			if err := sess.layout.appendTokens(ctx, []engine.Token{tok}); err != nil {
 				if ctx.Err() != nil {
 					reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
 					return nil
@@ -436,6 +434,33 @@ func (srv *Server) ownedSession(connID, id uint64) (*session, error) {
 	return sess, nil
 }
 
+// anySession finds session id (0: the most recently used) for any caller.
+func (srv *Server) anySession(id uint64) (*session, error) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if id == 0 {
+		id = srv.lastSession
+		if _, ok := srv.sessions[id]; !ok {
+			// The last used session is gone: the most recently used open one.
+			var best *session
+			for _, s := range srv.sessions {
+				if best == nil || s.lastUsed.After(best.lastUsed) {
+					best = s
+				}
+			}
+			if best == nil {
+				return nil, fmt.Errorf("%w: no open session", protocol.ErrNotFound)
+			}
+			return best, nil
+		}
+	}
+	sess, ok := srv.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: session %d", protocol.ErrNotFound, id)
+	}
+	return sess, nil
+}
+
 func (srv *Server) closeSession(ctx context.Context, connID, id uint64) error {
 	sess, err := srv.ownedSession(connID, id)
 	if err != nil {
@@ -464,16 +489,8 @@ func (srv *Server) dropSession(ctx context.Context, sess *session) error {
 	}
 	sess.closed = true
 	if srv.slot.model != nil {
-		if sess.hot != nil {
-			for _, b := range sess.hot.blocks {
-				srv.dropCold(b)
-			}
-		}
-		if sess.hot != nil && srv.slot.arena != nil && !sess.cold {
-			// Its parked blocks stay for a later session to resume.
-			srv.orphanFromSession(sess)
-			sess.hot.blocks = nil
-		}
+		// Its parked blocks stay for a later session to resume.
+		sess.layout.release(!sess.ephemeral)
 		srv.slot.forget(sess)
 	}
 	srv.slot.holders--

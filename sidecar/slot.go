@@ -33,19 +33,17 @@ type slot struct {
 	resident        *session // whose tape is in sequence 0
 	holders         int      // open sessions; a non-zero count pins the model
 	hot             hotConfig
-	arena           *shm.Arena
-	arenaBytes      int64
+	tiers           *tiers // the loaded model's arena lives there
 	nextBlock       uint64
 	kv              policy.KVType
-	fig             figures       // measured at load: restore or recompute
-	coldBytes       int64         // the SSD tier's quota (0: off); counts toward sessionTokens
-	orphans         []*orphanTape // parked blocks without a session, oldest first
-	arenaMaxSession uint64        // largest session id found in a re-attached arena
-	deviceReason    string        // why the model runs where it does (Status)
+	fig             figures // measured at load: restore or recompute
+	ssdBytes        int64   // the SSD tier's quota (0: off); counts toward sessionTokens
+	arenaMaxSession uint64  // largest session id found in a re-attached arena
+	deviceReason    string  // why the model runs where it does (Status)
 }
 
-func newSlot(log *slog.Logger) *slot {
-	s := &slot{log: log}
+func newSlot(log *slog.Logger, t *tiers) *slot {
+	s := &slot{log: log, tiers: t}
 	s.view.Store(&slotView{})
 	return s
 }
@@ -213,21 +211,18 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	}
 	s.unload()
 	s.model, s.ectx, s.facts, s.capacity = m, ectx, facts, capa
-	s.hot, s.arena, s.arenaBytes, s.kv = hc, arena, arenaBytes, o.kvType
+	s.hot, s.kv = hc, o.kvType
 	s.fig = fig
 	s.deviceReason = plan.reason
-	s.orphans, s.nextBlock, s.arenaMaxSession = orphans, max(s.nextBlock, maxID), maxSession
+	s.nextBlock, s.arenaMaxSession = max(s.nextBlock, maxID), maxSession
+	s.tiers.attach(arena, arenaBytes, orphans, ssdCompatOf(facts, o.kvType, o.flashAttention), elemBytes(o.kvType))
 	return capa.Warning, nil
 }
 
 // unload frees the model; the caller holds the token and checked holders.
 func (s *slot) unload() {
-	if s.arena != nil {
-		s.arena.Close()
-		s.arena = nil
-	}
+	s.tiers.detach()
 	s.hot = hotConfig{}
-	s.orphans = nil
 	if s.ectx != nil {
 		s.ectx.Close()
 	}
@@ -255,13 +250,13 @@ func (s *slot) sessionTokens() int {
 	}
 	kv := max(s.facts.KVBytesPerToken(s.kvType()), 1)
 	// Blocks a full arena spills to the SSD tier stay retrievable.
-	cold := int(policy.TokensForBytes(s.coldBytes, kv))
-	if s.arena == nil {
-		return s.hot.limit + int(policy.TokensForBytes(s.arenaBytes, kv)) + cold
+	cold := int(policy.TokensForBytes(s.ssdBytes, kv))
+	if s.tiers.arena == nil {
+		return s.hot.limit + int(policy.TokensForBytes(s.tiers.arenaBytes, kv)) + cold
 	}
 	// Count whole blocks the arena's slabs hold: a block of B tokens takes
 	// its header, tokens and KV bytes, rounded up to slabs.
-	st := s.arena.Stats()
+	st := s.tiers.arena.Stats()
 	b := int64(s.hot.block)
 	blockBytes := 256 + 4*b + (kv+kv/32)*b // header, tokens, KV (+3% state framing)
 	slabs := max((blockBytes+st.SlabBytes-1)/st.SlabBytes, 1)
@@ -269,6 +264,13 @@ func (s *slot) sessionTokens() int {
 }
 
 func (s *slot) kvType() policy.KVType { return s.kv }
+
+// newBlockID names a new hot-set block; ids continue above those an
+// earlier run left in the arena.
+func (s *slot) newBlockID() uint64 {
+	s.nextBlock++
+	return s.nextBlock
+}
 
 // makeResident puts sess's tape into the engine, parking the resident
 // session's KV in host memory. The caller holds the token.
@@ -306,23 +308,9 @@ func (s *slot) makeResident(sess *session) error {
 	return nil
 }
 
-// deleteBlock frees a parked block; a failure (the arena closed, the
-// block already gone) is logged: the block is unusable either way.
-func (s *slot) deleteBlock(id uint64) {
-	if err := s.arena.Delete(id); err != nil {
-		s.log.Warn("arena: freeing a block", "id", id, "err", err)
-	}
-}
-
-// forget drops sess from the engine if resident.
+// forget drops sess from the engine if resident; its layout has released
+// what it kept below the engine.
 func (s *slot) forget(sess *session) {
-	if sess.hot != nil && s.arena != nil {
-		for _, b := range sess.hot.blocks {
-			if b.stored {
-				s.deleteBlock(b.id)
-			}
-		}
-	}
 	if s.resident == sess {
 		s.ectx.Clear()
 		s.resident = nil

@@ -1,12 +1,9 @@
 package sidecar
 
-import (
-	"time"
+import "time"
 
-	"github.com/ctxd/ctxd/engine"
-)
-
-// Tracing markers. Bringing a parked block back into the engine (a fetch)
+// Tracing markers. The tiers (tiers.go) run every fetch's phases through
+// beginPhase/end. Bringing a parked block back into the engine (a fetch)
 // runs in phases; each phase is bracketed by two calls of empty marker
 // functions that eBPF uprobes attach to (tools/ctxtrace), and timed on the
 // Go side as well (ctxd_fetch_phase_seconds{phase}), which is what
@@ -85,34 +82,4 @@ func (t phaseTimer) end() time.Duration {
 	fetchPhaseEnd(t.phase, t.block)
 	t.m.FetchPhase(t.phase, d)
 	return d
-}
-
-// readParkedKV reads block id's KV from the arena into dst: the
-// arena_lookup phase of a fetch, also the fetch latency of tier "arena".
-func (srv *Server) readParkedKV(id uint64, dst []byte) ([]byte, error) {
-	t := srv.metrics.beginPhase(phaseArenaLookup, id)
-	kv, err := srv.slot.arena.ReadKV(id, dst)
-	d := t.end()
-	if err == nil {
-		srv.metrics.ObserveFetch(TierArena, d)
-	}
-	return kv, err
-}
-
-// insertFetched inserts a fetched block's KV at position at: the
-// engine_insert phase of a fetch.
-func (srv *Server) insertFetched(id uint64, r engine.Range, at int) error {
-	t := srv.metrics.beginPhase(phaseEngineInsert, id)
-	err := srv.slot.ectx.InsertRange(r, at)
-	t.end()
-	return err
-}
-
-// traceDecompress runs decompress as the decompress phase of fetching
-// block id (the SSD tier's restore path calls it).
-func (srv *Server) traceDecompress(id uint64, decompress func() error) error {
-	t := srv.metrics.beginPhase(phaseDecompress, id)
-	err := decompress()
-	t.end()
-	return err
 }

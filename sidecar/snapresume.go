@@ -1,0 +1,79 @@
+package sidecar
+
+import (
+	"context"
+
+	"github.com/ctxd/ctxd/engine"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// Cross-session resume: an empty session whose prompt starts like an
+// orphan tape in the arena (orphan.go) or a stored snapshot takes that
+// KV instead of prefilling it, and keeps only the tokens its own prompt
+// shares with it.
+
+// resume looks for the orphan tape or stored snapshot sharing the longest
+// token prefix with target and brings it into the empty session sess. It
+// returns the source's name ("arena" for an orphan tape) and the tokens
+// that came back, or "" when none fits. The caller holds the slot token
+// and sess is resident.
+func (srv *Server) resume(ctx context.Context, sess *session, target []engine.Token) (string, int) {
+	if sess.ephemeral || len(sess.tape) > 0 || len(target) < minAutoSnapshotTokens {
+		return "", 0
+	}
+	oi, on := sess.layout.bestOrphan(target)
+	best, bestN := srv.snaps.best(srv.ssdCompat(), sess.layout.mode(), target)
+	if oi >= 0 && on >= minAutoSnapshotTokens && on >= bestN {
+		// Blocks still in host RAM beat the SSD.
+		// The orphan may go on past target (tokens its session
+		// generated): keep only what target shares with it.
+		n, blocks, err := sess.layout.adoptOrphan(oi, on)
+		if err != nil {
+			srv.log.Warn("resume from the arena failed; prefilling instead", "err", err)
+			srv.clearOrReset(sess)
+			return "", 0
+		}
+		sess.lastRestore = &pb.RestoreReport{Snapshot: "arena", Tokens: int64(n), RestoredTokens: int64(n), RestoredBlocks: int64(blocks),
+			Automatic: true, Choice: "resume from parked blocks still in the host-RAM arena (no SSD read, no prefill)"}
+		srv.log.Info("session resumed from the arena", "session", sess.id, "common_tokens", on, "tokens", n)
+		return "arena", min(on, n)
+	}
+	if !srv.snaps.on() || best == nil || bestN < minAutoSnapshotTokens {
+		return "", 0
+	}
+	snap, meta, err := srv.snaps.load(ctx, best.name, srv.ssdCompat(), srv.slot.model != nil)
+	if err != nil {
+		srv.log.Warn("resume: snapshot unusable", "name", best.name, "err", err)
+		return "", 0
+	}
+	tape, err := decodeTape(meta.Tape)
+	if err != nil {
+		return "", 0
+	}
+	rep, err := srv.restoreInto(ctx, sess, snap, meta, tape, bestN)
+	if err == nil {
+		// The snapshot may go on past target (tokens its session
+		// generated, or another suffix): resume only the common prefix.
+		_, err = sess.layout.cut(bestN)
+		rep.Tokens = int64(len(sess.tape))
+	}
+	if err != nil {
+		srv.log.Warn("resume failed; prefilling instead", "name", best.name, "err", err)
+		srv.clearOrReset(sess)
+		return "", 0
+	}
+	rep.Automatic = true
+	srv.log.Info("session resumed from snapshot", "session", sess.id, "snapshot", best.name, "common_tokens", bestN, "restored_tokens", rep.RestoredTokens, "ms", rep.ElapsedUs/1000)
+	return best.name, min(bestN, len(sess.tape))
+}
+
+// clearOrReset clears sess after a failed resume; a failure to clear is
+// logged and the engine and the session's state reset, so the next sync
+// prefills.
+func (srv *Server) clearOrReset(sess *session) {
+	if err := sess.layout.clear(); err != nil {
+		srv.log.Warn("clearing a session after a failed resume", "session", sess.id, "err", err)
+		srv.slot.ectx.Clear()
+		sess.layout.reset()
+	}
+}

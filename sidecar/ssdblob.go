@@ -1,0 +1,166 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ctxd/ctxd/coldstore"
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/engine/llama"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+)
+
+// SSD-tier blobs. Every blob the daemon stores in the SSD tier is one or
+// more engine blobs (parts: a spilled block, a dense block, an image
+// range, or an extent of parked blocks) behind one envelope, the only
+// record of how their bytes were laid out for compression:
+//
+//	"ctxdkvE2"            8-byte magic
+//	u32 n                 number of parts
+//	n × u32               each part's length, bit 31 set when the part is
+//	                      llama.TokenMajor's rewrite of the engine's bytes
+//	                      (a transposed V stored token by token, which
+//	                      compresses better; the length is unchanged)
+//	zero padding          to a multiple of 8 bytes (keeps f16 planes aligned)
+//	the parts, in order
+//
+// decodeSSDBlob returns the engine's bytes of every part, concatenated, so
+// a part's offset in the blob is its offset in the engine bytes.
+// encodeSSDBlob runs the rewrite; callers run it after the engine token is
+// released wherever they can (snapshots), so the token is held for memory
+// copies only.
+
+// ssdEnvelope starts every SSD-tier blob; its version is part of
+// ssdCompat's settings, so blobs of another layout never match a key.
+const (
+	ssdEnvelope        = "ctxdkvE2"
+	ssdEnvelopeVersion = 2
+	partRewritten      = 1 << 31
+)
+
+// encodeSSDBlob lays parts out for the SSD tier, rewriting each one
+// token-major on its own when it has a transposed V.
+func encodeSSDBlob(parts [][]byte) []byte {
+	head := 8 + 4 + 4*len(parts)
+	head = (head + 7) &^ 7
+	n := head
+	for _, p := range parts {
+		n += len(p)
+	}
+	out := make([]byte, head, n)
+	copy(out, ssdEnvelope)
+	binary.LittleEndian.PutUint32(out[8:], uint32(len(parts)))
+	for i, p := range parts {
+		tm, changed := llama.TokenMajor(p)
+		entry := uint32(len(p))
+		if changed {
+			entry |= partRewritten
+		}
+		binary.LittleEndian.PutUint32(out[12+4*i:], entry)
+		out = append(out, tm...)
+	}
+	return out
+}
+
+// decodeSSDBlob restores the engine's bytes of a blob read from the SSD
+// tier.
+func decodeSSDBlob(stored []byte) ([]byte, error) {
+	bad := func(format string, args ...any) ([]byte, error) {
+		return nil, fmt.Errorf("%w: SSD-tier blob: %s", protocol.ErrInternal, fmt.Sprintf(format, args...))
+	}
+	if len(stored) < 16 || string(stored[:8]) != ssdEnvelope {
+		return bad("no %s envelope in %d bytes", ssdEnvelope, len(stored))
+	}
+	n := int(binary.LittleEndian.Uint32(stored[8:]))
+	head := (8 + 4 + 4*n + 7) &^ 7
+	if n <= 0 || head > len(stored) {
+		return bad("%d parts do not fit %d bytes", n, len(stored))
+	}
+	body := stored[head:]
+	out := make([]byte, 0, len(body))
+	off := 0
+	for i := 0; i < n; i++ {
+		entry := binary.LittleEndian.Uint32(stored[12+4*i:])
+		size := int(entry &^ partRewritten)
+		if off+size > len(body) {
+			return bad("part %d of %d bytes at %d outside a body of %d", i, size, off, len(body))
+		}
+		part := body[off : off+size]
+		if entry&partRewritten != 0 {
+			raw, err := llama.FromTokenMajor(part)
+			if err != nil {
+				return bad("part %d: %v", i, err)
+			}
+			part = raw
+		}
+		out = append(out, part...)
+		off += size
+	}
+	if off != len(body) {
+		return bad("%d bytes after the last part", len(body)-off)
+	}
+	return out, nil
+}
+
+// ssdCompatOf is what a block saved for a model with these facts and KV
+// settings depends on: the SSD tier's key prefix.
+func ssdCompatOf(facts engine.Facts, kv policy.KVType, flashAttention bool) coldstore.Compat {
+	return coldstore.Compat{
+		ModelDigest: facts.Digest, KVType: kv.String(), FlashAttention: flashAttention, Unified: true,
+		Settings: strings.TrimSpace(fmt.Sprintf("format=%d envelope=%d %s", formatVersion, ssdEnvelopeVersion, backendSettings(facts.Placement))),
+	}
+}
+
+// ssdCompat is the SSD tier's key prefix for the loaded model.
+func (srv *Server) ssdCompat() coldstore.Compat {
+	return ssdCompatOf(srv.slot.facts, srv.cfg.KVType, srv.cfg.FlashAttention)
+}
+
+// contentKey addresses a blob by its token chain, the position its KV was
+// extracted at and the engine bytes themselves (its parts, in order), so
+// equal keys mean equal bytes and a restore is bit-exact whatever computed
+// the block.
+func contentKey(c coldstore.Compat, chain [32]byte, pos0 int, parts ...[]byte) coldstore.Key {
+	h := sha256.New()
+	h.Write(chain[:])
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(pos0))
+	h.Write(b[:])
+	for _, p := range parts {
+		h.Write(p)
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return coldstore.BlockKey(c, sum)
+}
+
+// elemBytes is the byte-plane stride for the KV type.
+func elemBytes(kv policy.KVType) int {
+	if num, den := kv.BytesPerElement(); den == 1 && num > 0 {
+		return int(num)
+	}
+	return 1 // quantized rows: no split
+}
+
+// ssdErr maps coldstore errors onto protocol sentinels.
+func ssdErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, coldstore.ErrNotFound):
+		return fmt.Errorf("%w: %w", protocol.ErrNotFound, err)
+	case errors.Is(err, coldstore.ErrInvalidName):
+		return fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
+	case errors.Is(err, coldstore.ErrUnavailable), errors.Is(err, coldstore.ErrQueueFull):
+		return fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", protocol.ErrCancelled, err)
+	default:
+		return fmt.Errorf("%w: %w", protocol.ErrInternal, err)
+	}
+}
