@@ -23,19 +23,38 @@
 //   - Private folders (the socket's, the arena's, the SSD tier's) are never
 //     reached through a symbolic link nor taken over from another uid
 //     (internal/privdir); only a stale socket is ever unlinked.
-//   - A session's tape mirrors its KV exactly. Dense sessions: token i of
-//     the tape sits at position i of sequence 0 whenever the session is
-//     resident. Hot-set sessions (hot.go): the tape is cut into blocks, each
-//     either hot at a recorded position below the window or parked in the
-//     arena, and the hot ranges tile [0, end) of sequence 0. Every failure
-//     (bad input, cancellation, a vanished client) leaves the tape and the
-//     KV equal to each other.
+//   - One owner per piece of state. The Server owns connections and
+//     sessions; the slot (slot.go) the model and the engine; tiers
+//     (tiers.go) every KV copy below the engine: the host-RAM arena, the
+//     SSD tier and the orphan tapes, with fetch tracing; snapshots
+//     (snapshots.go) the snapshot index and commits; each session's
+//     layout (layout.go) how its tape sits in the engine. Nothing else
+//     reaches shm or coldstore's blocks: the hot set parks, fetches,
+//     spills and drops through tiers.
+//   - A session's tape mirrors its KV exactly, and its layout keeps it so.
+//     Dense (dense.go): token i of the tape sits at position i of
+//     sequence 0 whenever the session is resident. Hot set (hot.go): the
+//     tape is cut into blocks, each either in the engine at a recorded
+//     position below the window or parked below it, and the engine's
+//     ranges tile [0, end) of sequence 0. A "v" coordinate (vstart,
+//     tailV) is a tape index, a "p" coordinate (pstart, tailP, pos0) an
+//     engine position. Every failure (bad input, cancellation, a vanished
+//     client, an unreadable tier) leaves the tape and the KV equal to each
+//     other.
+//   - A block's residency is one value (in the engine or not; a copy in
+//     the arena, the SSD tier, or none). A failed or cancelled SSD read
+//     never forgets the copy: the block stays retrievable. Every blocking
+//     tier call takes the turn's context.
 //   - Only peers with the server's uid (or a configured allow list) talk to
 //     it.
 //   - A snapshot is reported committed only after its blocks and its file
-//     are durably in the SSD tier (snapshot.go); a restore reproduces the
-//     saved engine state byte for byte, and both the saved and the restored
-//     session recompute the last token's logits, so they continue alike.
+//     are durably in the SSD tier (snapshots.go); capture holds the engine
+//     token for memory copies only, and the token-major rewrite, hashing
+//     and compression run in commit after it is released. How a blob's
+//     bytes were laid out is recorded once, in its envelope (ssdblob.go).
+//     A restore reproduces the saved engine state byte for byte, and both
+//     the saved and the restored session recompute the last token's
+//     logits, so they continue alike.
 //   - KV bytes are only reused where their key says they are equal: SSD
 //     blocks are addressed by model, KV settings, token chain, position and
 //     content; arena blocks adopted from closed sessions or an earlier run
@@ -45,20 +64,33 @@
 //     (disk full, I/O errors) sessions keep running on host RAM and Status,
 //     Explain and the logs say why.
 //
-// Files: server.go (Server: start-up, listening, shutdown), config.go
-// (Config and its validation), conn.go (one client connection), handler.go
-// (the calls and their streamed events), inprocess.go and private.go (a
-// daemon served inside another program), owner.go (the single-owner lease),
-// slot.go (the model slot), turns.go (the engine token, handed out fairly),
-// device.go (where a model is loaded), memory.go (MemAvailable), figures.go
-// (throughputs measured at load), session.go (a session's tape and segment
-// spans), sessions.go (opening, parking and closing sessions), invalidate.go
-// (invalidation hints), hot.go (hot-set mode), retrieval.go (retrieval
-// candidates for explain), orphan.go (adopting parked blocks of gone
-// sessions), cold.go (the SSD tier), snapshot.go (snapshots: format,
-// capture, restore, resume, automatic snapshots), explain.go
-// (ExplainContext), view.go (published views read without the engine),
-// summary.go (a glance for service managers), metrics.go (the Prometheus
-// registry), progress.go (progress of long calls), trace.go (marker
-// functions ctxtrace probes).
+// Files, by owner:
+//
+//	shell        server.go (Server: start-up, listening, shutdown), config.go
+//	             (Config and its validation), conn.go (one client connection),
+//	             handler.go (the calls and their streamed events), calls.go
+//	             (the session calls: open, ensure_prefix, prefill_suffix,
+//	             decode, close), invalidate.go (invalidation hints),
+//	             explain.go (ExplainContext), view.go (published views read
+//	             without the engine), summary.go, metrics.go (the Prometheus
+//	             registry), progress.go, inprocess.go and private.go (a daemon
+//	             served inside another program), owner.go (the single-owner
+//	             lease)
+//	slot         slot.go (the model slot), turns.go (the engine token, handed
+//	             out fairly), device.go (where a model is loaded), memory.go
+//	             (MemAvailable), figures.go (throughputs measured at load)
+//	session      session.go (a session and its tape), tokenize.go (segments
+//	             to tokens), text.go (generated text as valid UTF-8)
+//	layout       layout.go (the interface), dense.go, hot.go (the hot set:
+//	             residency, sealing, eviction, compaction, admission),
+//	             retrieval.go (retrieval reports for explain), orphan.go
+//	             (adopting parked blocks of gone sessions)
+//	tiers        tiers.go (arena, SSD tier, orphan tapes: park, fetch,
+//	             spill, drop), ssdblob.go (the SSD blob envelope, content
+//	             keys), trace.go (fetch-phase markers ctxtrace probes)
+//	snapshots    snapformat.go (the format), snapcapture.go (capture under
+//	             the engine token), snapshots.go (the owner: index, commit,
+//	             load, prune), snaprestore.go (restore), snapresume.go
+//	             (cross-session resume), snapauto.go (automatic snapshots),
+//	             snaprpc.go (the snapshot calls)
 package sidecar
