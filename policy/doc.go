@@ -2,14 +2,18 @@
 // in memory (capacity), how a prompt is described as ordered segments (the
 // manifest) and where its reusable stable prefix ends (the reuse boundary),
 // what an edit or a new turn invalidates, and, for contexts longer than the
-// model's window, which KV blocks are hot in the engine for a turn and at
-// which positions (PlanHotSet, EvictionOrder, LatencyHotBudget), given how
-// relevant each block is to the turn (Scorer, BM25Index, asked with what
-// the turn brings: TurnQuery, TurnRecentTokens; which scorers run:
-// ScorerSet), and where a model runs: which device (ChooseDevice), how many
-// layers fit its free memory with the compute buffers and the hot-set KV
-// (PlanOffload), and how many CPU threads a decode call may use beside other
-// processes (ComputeThreads).
+// model's window, the hot set: its limits (ResolveHotLimits), which KV
+// blocks are hot in the engine for a turn and at which positions
+// (PlanHotSet, LatencyHotBudget), which are evicted while a prompt streams
+// in (PlanEviction) or spilled from a full arena (SpillVictim), how a
+// sealed block is kept (ClassifyBlock), given how relevant each block is to
+// the turn (Scorer, BM25Index, asked with what the turn brings: TurnQuery,
+// TurnRecentTokens; which scorers run: ScorerSet); where a new session
+// resumes from (ChooseResume, PlanAdoption) and whether a snapshot's blocks
+// are read back or recomputed (PlanRestore); and where a model runs: which
+// device (ChooseDevice), how many layers fit its free memory with the
+// compute buffers and the hot-set KV (PlanOffload), and how many CPU
+// threads a decode call may use beside other processes (ComputeThreads).
 //
 // Invariants, which every file in this package keeps:
 //
@@ -30,8 +34,15 @@
 // kvtype.go (KV element types and their sizes), manifest.go (manifests and
 // their validation), kind.go (segment kinds and cache classes), control.go
 // (control-token spans), digest.go (canonical digests and compatibility
-// keys), invalidate.go (which edits invalidate a segment), hotset.go
-// (planning the hot set), evict.go (eviction order), query.go (the turn's
+// keys), invalidate.go (which edits invalidate a segment), hotlimits.go
+// (hot-set limits: defaults, validation, the minimum budget), hotset.go
+// (planning the hot set, and the unpin fallback), evict.go (eviction order,
+// the victims a prefill chunk needs, spill order on a full arena),
+// blockclass.go (a sealed block's class), adopt.go (which blocks a resumed
+// orphan tape brings back), restore.go (restore or recompute: the cost
+// model), resume.go (which source a new session resumes from),
+// sessiontokens.go (the most tokens a hot-set session holds, from the
+// arena's record sizes), query.go (the turn's
 // retrieval query), bm25.go (the lexical index), retrieval.go (block
 // scores), scorers.go (scorer names), errors.go (sentinel errors), format.go
 // (byte sizes in messages).

@@ -154,6 +154,9 @@ type HotSetPlan struct {
 	AdmittedTokens, EvictedTokens int
 	// FreeTokens is the room left unused: Limit − SuffixStart − SuffixTokens.
 	FreeTokens int
+	// Unpinned is set by PlanHotSetUnpinning when the pinned blocks did not
+	// fit: the budget error that made it plan as if no block were pinned.
+	Unpinned *HotBudgetError
 }
 
 // HotBudgetError is the error PlanHotSet returns when the protected blocks
@@ -240,6 +243,31 @@ func PlanHotSet(in HotSetInput) (HotSetPlan, error) {
 	}
 	p.layout(blocks, roles, reasons)
 	p.FreeTokens = limit - p.SuffixStart - in.SuffixTokens
+	return p, nil
+}
+
+// PlanHotSetUnpinning is PlanHotSet, except that when the protected blocks
+// and the suffix do not fit it plans again as if no block were pinned
+// (pinned segments larger than the budget lose their pin rather than fail
+// the turn) and reports why in HotSetPlan.Unpinned. It fails only when the
+// sinks, the recent window and the suffix alone do not fit, or on invalid
+// input.
+func PlanHotSetUnpinning(in HotSetInput) (HotSetPlan, error) {
+	p, err := PlanHotSet(in)
+	var be *HotBudgetError
+	if !errors.As(err, &be) || be.PinnedTokens == 0 {
+		return p, err
+	}
+	unpinned := in
+	unpinned.Blocks = slices.Clone(in.Blocks)
+	for i := range unpinned.Blocks {
+		unpinned.Blocks[i].Pinned = false
+	}
+	p, err = PlanHotSet(unpinned)
+	if err != nil {
+		return HotSetPlan{}, err
+	}
+	p.Unpinned = be
 	return p, nil
 }
 

@@ -123,6 +123,14 @@ const (
 // endOfChain terminates a block's slab chain in the next table.
 const endOfChain = ^uint32(0)
 
+// BlockHeaderBytes and TokenBytes lay out a block's stream: the header,
+// then each token as a little-endian int32, then the KV bytes. Callers
+// sizing the arena (policy.SessionTokens) take them from here.
+const (
+	BlockHeaderBytes = blockHdr
+	TokenBytes       = 4
+)
+
 // Block header at the start of every block's stream.
 const (
 	blockMagic = 0x4b4c4243 // "CBLK"
@@ -208,7 +216,7 @@ func decodeBlockHeader(src []byte) (m Meta, ok bool) {
 }
 
 func streamLength(ntokens int, kv int64) int64 {
-	return blockHdr + 4*int64(ntokens) + kv
+	return blockHdr + TokenBytes*int64(ntokens) + kv
 }
 
 func allZero(b []byte) bool {

@@ -45,16 +45,14 @@ type Config struct {
 	HotTokens    int    // the engine's hot budget in tokens
 	Window       int    // positions stay below this; 0 = the model's trained context
 	BlockTokens  int    // block size; 0 = DefaultConfig's
-	SinkTokens   int    // attention sinks; 0 = DefaultConfig's unless NoSinks
+	SinkTokens   int    // attention sinks; 0 = DefaultConfig's, NoSinks = none (a plain sliding window)
 	RecentTokens int    // recent window; 0 = HotTokens/4
-	NoRetrieval  bool   // keep only sinks, pinned and recent (evaluation baseline)
-	NoSinks      bool   // no attention sinks: a plain sliding window (evaluation baseline)
-	MaxRetrieved int    // cap on retrieved blocks per turn; 0 = none
 	ArenaBytes   int64  // host-RAM arena budget; 0 = a quarter of available RAM
 	MetricsAddr  string // --metrics-addr: serve /metrics over HTTP here ("" = off)
 
 	// Scorers ranks parked blocks for retrieval: "lexical" (the default),
-	// "attention", "both" or "none" (like NoRetrieval).
+	// "attention", "both" or "none" (keep only sinks, pinned and recent
+	// tokens).
 	Scorers string
 
 	// The SSD tier (snapshots, cross-session resume).
@@ -74,10 +72,10 @@ type Config struct {
 	Version string
 }
 
-// DefaultConfig is every default of a Server, defined here once: the
-// command line starts from it, and fill gives a zero field (one whose zero
-// means "unset") its value from it. SinkTokens is the exception where zero
-// is meaningful to callers that say so: NoSinks asks for none.
+// DefaultConfig is every default of a Server, defined here once (the
+// hot-set ones are policy's): the command line starts from it, and fill
+// gives a zero field (one whose zero means "unset") its value from it.
+// Where zero is a meaningful value, a named one says it: HotAuto, NoSinks.
 func DefaultConfig() Config {
 	return Config{
 		SocketPath:       DefaultSocketPath(),
@@ -87,8 +85,8 @@ func DefaultConfig() Config {
 		MaxFrame:         protocol.DefaultMaxFrame,
 		HandshakeTimeout: 10 * time.Second,
 		MaxConns:         256,
-		BlockTokens:      64,
-		SinkTokens:       4,
+		BlockTokens:      policy.DefaultHotBlockTokens,
+		SinkTokens:       policy.DefaultSinkTokens,
 		IdleSnapshot:     60 * time.Second,
 		AutoSnapshots:    8,
 		TurnLatency:      120 * time.Second,
@@ -119,11 +117,7 @@ func (c *Config) fill() error {
 	orDefault(&c.TurnLatency, d.TurnLatency)
 	orDefault(&c.TurnSuffixTokens, d.TurnSuffixTokens)
 	orDefault(&c.Version, d.Version)
-	if c.NoSinks {
-		c.SinkTokens = 0
-	} else {
-		orDefault(&c.SinkTokens, d.SinkTokens)
-	}
+	orDefault(&c.SinkTokens, d.SinkTokens)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -136,8 +130,11 @@ func (c *Config) fill() error {
 	if c.ContextTokens < 0 {
 		return fmt.Errorf("%w: --ctx %d", ErrConfig, c.ContextTokens)
 	}
-	if (c.HotTokens < 0 && c.HotTokens != HotAuto) || c.Window < 0 || c.BlockTokens < 0 || c.SinkTokens < 0 || c.RecentTokens < 0 || c.ArenaBytes < 0 {
-		return fmt.Errorf("%w: negative hot-set setting", ErrConfig)
+	if err := c.hotLimitsInput().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.ArenaBytes < 0 {
+		return fmt.Errorf("%w: negative arena budget %d", ErrConfig, c.ArenaBytes)
 	}
 	if _, err := c.ScorerSet(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
@@ -151,9 +148,25 @@ func (c *Config) fill() error {
 	return nil
 }
 
+// hotLimitsInput is the hot-set part of c for policy.ResolveHotLimits,
+// which holds the defaults, validation and floor; the model's facts are
+// the caller's to add.
+func (c *Config) hotLimitsInput() policy.HotLimitsInput {
+	in := policy.HotLimitsInput{HotTokens: c.HotTokens, Auto: c.HotTokens == HotAuto, Window: c.Window,
+		BlockTokens: c.BlockTokens, SinkTokens: c.SinkTokens, RecentTokens: c.RecentTokens}
+	if c.SinkTokens == NoSinks {
+		in.SinkTokens, in.NoSinks = 0, true
+	}
+	return in
+}
+
 // HotAuto as Config.HotTokens derives the hot budget from the model and
 // the machine at load.
 const HotAuto = -1
+
+// NoSinks as Config.SinkTokens keeps no attention sinks (`ctxd --sinks 0`):
+// the hot set is a plain sliding window with retrieval.
+const NoSinks = -1
 
 // ErrConfig reports an invalid configuration value.
 var ErrConfig = errors.New("invalid configuration")
@@ -176,12 +189,9 @@ func DefaultDataDir() string {
 // defaultScorers ranks parked blocks when Config.Scorers is empty.
 const defaultScorers = policy.ScorerLexical
 
-// ScorerSet resolves Scorers and NoRetrieval: the scorers a server with
-// this configuration ranks parked blocks with.
+// ScorerSet resolves Scorers: the scorers a server with this
+// configuration ranks parked blocks with.
 func (c *Config) ScorerSet() (policy.ScorerSet, error) {
-	if c.NoRetrieval {
-		return policy.ScorerNone, nil
-	}
 	if c.Scorers == "" {
 		return defaultScorers, nil
 	}

@@ -129,7 +129,7 @@ func (d *denseLayout) release(bool) {}
 
 func (d *denseLayout) explain(*pb.ExplainReply) [][2]int { return [][2]int{{0, len(d.sess.tape)}} }
 
-func (d *denseLayout) bestOrphan([]engine.Token) (int, int) { return -1, 0 }
+func (d *denseLayout) orphanPrefixes([]engine.Token) []int { return nil }
 
 func (d *denseLayout) adoptOrphan(int, int) (int, int, error) {
 	return 0, 0, fmt.Errorf("%w: a dense session has no parked blocks to adopt", protocol.ErrInternal)

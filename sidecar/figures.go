@@ -90,22 +90,6 @@ func (f figures) decompressBPS() float64 {
 	return math.Float64frombits(f.decomp.Load())
 }
 
-// restoreCost estimates seconds to bring back a block of raw bytes stored
-// as comp bytes, and recomputeCost to prefill its tokens.
-func (f figures) restoreCost(raw, comp int64) float64 {
-	if f.decompressBPS() <= 0 || f.readBPS <= 0 {
-		return 0
-	}
-	return float64(comp)/f.readBPS + float64(raw)/f.decompressBPS()
-}
-
-func (f figures) recomputeCost(tokens int) float64 {
-	if f.prefillTokensPerSec <= 0 {
-		return 1e9
-	}
-	return float64(tokens) / f.prefillTokensPerSec
-}
-
 // latencyBound lowers the hot budget so a turn of suffix tokens stays
 // within latency by the measured cost model (attention grows with the hot
 // set). It never goes below the smallest budget hc can work with.
@@ -113,7 +97,6 @@ func latencyBound(hc hotConfig, f figures, latency time.Duration, suffix int) (h
 	if hc.budget == 0 || !f.hasCost || latency <= 0 || suffix <= 0 {
 		return hc, ""
 	}
-	floor := hc.sinks + hc.recent + 2*hc.block + hc.reserve
 	h, err := policy.LatencyHotBudget(f.cost, latency.Seconds(), min(suffix, hc.limit), hc.limit)
 	switch {
 	case err != nil:
@@ -121,9 +104,8 @@ func latencyBound(hc hotConfig, f figures, latency time.Duration, suffix int) (h
 	case h >= hc.limit:
 		return hc, ""
 	}
-	h = max(h, floor)
+	l := hc.limits().Lowered(h) // never below policy's MinBudget
 	msg := fmt.Sprintf("hot budget lowered from %d to %d tokens so a %d-token turn stays within %s on this machine (%.3g ms/token + %.3g µs per context token)",
-		hc.limit, h, suffix, latency, 1e3*f.cost.BaseSeconds, 1e6*f.cost.PerContextSeconds)
-	hc.limit, hc.budget = h, h
-	return hc, msg
+		hc.limit, l.Limit, suffix, latency, 1e3*f.cost.BaseSeconds, 1e6*f.cost.PerContextSeconds)
+	return hc.withLimits(l), msg
 }

@@ -126,8 +126,20 @@ type hotConfig struct {
 	block, sinks, recent  int
 	reserve               int              // room kept after a turn's new tokens for decoding
 	scorers               policy.ScorerSet // policy.ScorerNone: retrieval off
-	maxRetrieved          int
-	noShift               bool // the model cannot shift: hot set off, dense fallback
+	noShift               bool             // the model cannot shift: hot set off, dense fallback
+}
+
+// limits are hc's token limits as policy sees them.
+func (hc hotConfig) limits() policy.HotLimits {
+	return policy.HotLimits{Budget: hc.budget, Window: hc.window, Limit: hc.limit, Block: hc.block,
+		Sinks: hc.sinks, Recent: hc.recent, Reserve: hc.reserve}
+}
+
+// withLimits returns hc with the token limits l (policy.ResolveHotLimits).
+func (hc hotConfig) withLimits(l policy.HotLimits) hotConfig {
+	hc.budget, hc.window, hc.limit, hc.block = l.Budget, l.Window, l.Limit, l.Block
+	hc.sinks, hc.recent, hc.reserve = l.Sinks, l.Recent, l.Reserve
+	return hc
 }
 
 func newHotSet(env *layoutEnv, sess *session) *hotSet {
@@ -175,7 +187,7 @@ func (h *hotSet) nextSeal() int {
 func (h *hotSet) appendTokens(ctx context.Context, toks []engine.Token) error {
 	sess, hc, ectx := h.sess, h.env.hot, h.env.ectx
 	batch := ectx.Options().BatchTokens
-	chunk := max(hc.block, hc.limit/4)
+	chunk := hc.limits().ChunkTokens()
 	total := len(toks)
 	defer func() { reportProgress(ctx, "prefill", total-len(toks), total) }()
 	for len(toks) > 0 {
@@ -186,18 +198,8 @@ func (h *hotSet) appendTokens(ctx context.Context, toks []engine.Token) error {
 			}
 		}
 		want := min(len(toks), chunk)
-		evicted := false
-		for hc.limit-h.used() < want {
-			if err := h.evictOne(); err != nil {
-				if hc.limit-h.used() > 0 {
-					break // protected blocks fill the rest: use what is free
-				}
-				return err
-			}
-			evicted = true
-		}
-		if evicted {
-			if err := h.compact(); err != nil {
+		if free := hc.limit - h.used(); free < want {
+			if err := h.evictFor(want - free); err != nil {
 				return err
 			}
 		}
@@ -231,7 +233,8 @@ func (h *hotSet) seal(ctx context.Context) {
 		id: h.env.newBlockID(), seq: len(h.blocks), vstart: h.tailV, n: n,
 		chain: shm.ChainHash(prev, toks), res: resHotOnly, pstart: h.tailP, pos0: h.tailP, lastUsed: h.turn,
 	}
-	b.class, b.kind, b.segID, b.pinned = blockClass(sess.spans, b.vstart, b.vstart+n)
+	c := policy.ClassifyBlock(segmentSpans(sess.spans), b.vstart, b.vstart+n)
+	b.class, b.kind, b.segID, b.pinned = c.Class, c.Kind, c.SegmentID, c.Pinned
 	if r, err := h.env.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
 		if h.park(ctx, b, toks, r.Blob) {
 			b.res = b.res.withCopy(tierArena)
@@ -245,24 +248,13 @@ func (h *hotSet) seal(ctx context.Context) {
 	h.tailP += n
 }
 
-// blockClass takes the most protective class among the spans a block
-// overlaps; a block touching a Pinned segment is pinned.
-func blockClass(spans []span, v0, v1 int) (policy.CacheClass, policy.SegmentKind, string, bool) {
-	class, kind, id, pinned := policy.ClassVolatile, policy.KindTerminal, "", false
-	best := -1
-	for _, sp := range spans {
-		if sp.end <= v0 || sp.start >= v1 {
-			continue
-		}
-		c := sp.seg.EffectiveClass()
-		if r := c.EvictionRank(); r > best {
-			best, class, kind, id = r, c, sp.seg.Kind, sp.seg.ID
-		}
-		if sp.seg.Kind == policy.KindPinned {
-			pinned = true
-		}
+// segmentSpans are spans as policy sees them.
+func segmentSpans(spans []span) []policy.SegmentSpan {
+	out := make([]policy.SegmentSpan, len(spans))
+	for i, sp := range spans {
+		out[i] = policy.SegmentSpan{Segment: sp.seg, Start: sp.start, End: sp.end}
 	}
-	return class, kind, id, pinned
+	return out
 }
 
 // park copies a block's KV to the arena, making room when it is full by
@@ -318,19 +310,17 @@ func (h *hotSet) dropCopy(b *hotBlock) {
 	b.res = b.res.withCopy(tierNone)
 }
 
-// arenaVictim is the session's most evictable block parked in the arena
-// and not in the engine.
+// arenaVictim is the session's block parked in the arena (and not in the
+// engine) that policy.SpillVictim moves out first.
 func (h *hotSet) arenaVictim() *hotBlock {
 	var cands []policy.HotBlock
-	byID := map[uint64]*hotBlock{}
 	for _, b := range h.blocks {
 		if b.res == resParked {
 			cands = append(cands, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score, LastUsed: b.lastUsed})
-			byID[b.id] = b
 		}
 	}
-	if order := policy.EvictionOrder(cands); len(order) > 0 {
-		return byID[order[0]]
+	if id, ok := policy.SpillVictim(cands); ok {
+		return h.find(id)
 	}
 	return nil
 }
@@ -352,7 +342,7 @@ func (h *hotSet) note(s string) {
 
 // planBlocks describes the session's blocks (and its open tail) to the
 // planner.
-func (h *hotSet) planBlocks(unpin bool) []policy.HotBlock {
+func (h *hotSet) planBlocks() []policy.HotBlock {
 	sinks := h.env.hot.sinks
 	out := make([]policy.HotBlock, 0, len(h.blocks)+1)
 	for _, b := range h.blocks {
@@ -361,7 +351,7 @@ func (h *hotSet) planBlocks(unpin bool) []policy.HotBlock {
 		}
 		out = append(out, policy.HotBlock{
 			ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score,
-			LastUsed: b.lastUsed, Hot: b.res.inEngine(), Pinned: b.pinned && !unpin, Sink: b.vstart == 0 && sinks > 0,
+			LastUsed: b.lastUsed, Hot: b.res.inEngine(), Pinned: b.pinned, Sink: b.vstart == 0 && sinks > 0,
 		})
 	}
 	if n := len(h.sess.tape) - h.tailV; n > 0 {
@@ -371,34 +361,42 @@ func (h *hotSet) planBlocks(unpin bool) []policy.HotBlock {
 	return out
 }
 
-// evictOne takes the most evictable hot block that is not protected out
-// of the engine; the caller closes the hole with compact.
-func (h *hotSet) evictOne() error {
+// evictFor takes hot blocks out of the engine freeing at least need
+// tokens, as policy.PlanEviction picks them (one call per prefill chunk),
+// and closes the holes with compact. Freeing less is fine while some room
+// is left: protected blocks fill the rest.
+func (h *hotSet) evictFor(need int) error {
 	hc := h.env.hot
-	var cands []policy.HotBlock
-	byID := map[uint64]*hotBlock{}
-	recentFrom := len(h.sess.tape) - hc.recent
+	blocks := make([]policy.HotBlock, 0, len(h.blocks)+1)
 	for _, b := range h.blocks {
-		protected := (b.vstart == 0 && hc.sinks > 0) || b.pinned || b.vstart+b.n > recentFrom
-		if b.res.inEngine() && !protected {
-			cands = append(cands, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score, LastUsed: b.lastUsed, Hot: true})
-			byID[b.id] = b
+		blocks = append(blocks, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score,
+			LastUsed: b.lastUsed, Hot: b.res.inEngine(), Pinned: b.pinned})
+	}
+	if n := len(h.sess.tape) - h.tailV; n > 0 {
+		blocks = append(blocks, policy.HotBlock{ID: tailID, Tokens: n, Class: policy.ClassVolatile, Kind: policy.KindTerminal,
+			Seq: len(h.blocks), LastUsed: h.turn, Hot: true, Recent: true})
+	}
+	plan := policy.PlanEviction(policy.EvictInput{Blocks: blocks, SinkTokens: hc.sinks, RecentTokens: hc.recent, NeedTokens: need})
+	for _, id := range plan.Unpinned {
+		b := h.find(id)
+		b.pinned = false
+		h.note(fmt.Sprintf("pinned segments exceed the hot budget %d: block %d (%s) unpinned", hc.limit, b.id, b.segID))
+	}
+	for _, id := range plan.Evict {
+		if err := h.evict(h.find(id)); err != nil {
+			return err
 		}
 	}
-	order := policy.EvictionOrder(cands)
-	if len(order) == 0 {
-		// Pinned blocks fill the budget: unpin the oldest, with a diagnostic.
-		for _, b := range h.blocks {
-			if b.res.inEngine() && b.pinned && b.vstart+b.n <= recentFrom {
-				b.pinned = false
-				h.note(fmt.Sprintf("pinned segments exceed the hot budget %d: block %d (%s) unpinned", hc.limit, b.id, b.segID))
-				return h.evictOne()
-			}
+	if len(plan.Evict) > 0 {
+		if err := h.compact(); err != nil {
+			return err
 		}
+	}
+	if hc.limit-h.used() <= 0 {
 		return fmt.Errorf("%w: the hot budget of %d tokens holds only protected tokens (sinks %d, recent window %d, tail %d)",
 			protocol.ErrResourceExhausted, hc.limit, hc.sinks, hc.recent, len(h.sess.tape)-h.tailV)
 	}
-	return h.evict(byID[order[0]])
+	return nil
 }
 
 // evict takes block b out of the engine.
@@ -547,7 +545,7 @@ func (h *hotSet) retrieveFor(ctx context.Context, newToks, turn []engine.Token) 
 	if len(h.blocks) == 0 {
 		return nil
 	}
-	suffix := min(len(newToks)+hc.reserve, hc.limit/2)
+	suffix := hc.limits().TurnSuffixTokens(len(newToks))
 	for _, b := range h.blocks {
 		b.score, b.reason = 0, ""
 	}
@@ -568,17 +566,15 @@ func (h *hotSet) retrieveFor(ctx context.Context, newToks, turn []engine.Token) 
 	}
 	in := policy.HotSetInput{
 		HotBudget: hc.limit, SinkTokens: hc.sinks, RecentTokens: policy.TurnRecentTokens(hc.recent, len(newToks)), SuffixTokens: suffix,
-		TrainedWindow: hc.window, MaxRetrieved: hc.maxRetrieved, MinScore: math.SmallestNonzeroFloat64,
+		TrainedWindow: hc.window, MinScore: math.SmallestNonzeroFloat64,
 	}
 	if hc.scorers == policy.ScorerNone {
 		in.MinScore = math.Inf(1) // nothing is retrieved
 	}
-	in.Blocks = h.planBlocks(false)
-	plan, err := policy.PlanHotSet(in)
-	if errors.Is(err, policy.ErrHotBudget) {
-		h.note(fmt.Sprintf("pinned segments do not fit the hot budget (%v): planning without pins", err))
-		in.Blocks = h.planBlocks(true)
-		plan, err = policy.PlanHotSet(in)
+	in.Blocks = h.planBlocks()
+	plan, err := policy.PlanHotSetUnpinning(in)
+	if plan.Unpinned != nil {
+		h.note(fmt.Sprintf("pinned segments do not fit the hot budget (%v): planning without pins", plan.Unpinned))
 	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
@@ -763,5 +759,7 @@ func (h *hotSet) release(keep bool) {
 	h.blocks = nil
 }
 
-// bestOrphan is the orphan tape sharing the longest prefix with target.
-func (h *hotSet) bestOrphan(target []engine.Token) (int, int) { return h.env.tiers.bestOrphan(target) }
+// orphanPrefixes are the tokens each orphan tape shares with target.
+func (h *hotSet) orphanPrefixes(target []engine.Token) []int {
+	return h.env.tiers.orphanPrefixes(target)
+}

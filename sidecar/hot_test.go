@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd/client"
@@ -191,7 +192,11 @@ func TestNeedleRecallNeedsRetrieval(t *testing.T) {
 	const trials = 5
 	var with, without float64
 	for _, noRetrieval := range []bool{false, true} {
-		ts := needleServer(t, Config{NoRetrieval: noRetrieval})
+		cfg := Config{}
+		if noRetrieval {
+			cfg.Scorers = policy.ScorerNone.String()
+		}
+		ts := needleServer(t, cfg)
 		c := dial(t, ts)
 		rng := rand.New(rand.NewSource(7))
 		hits := 0
@@ -312,5 +317,45 @@ func TestModelWithoutShiftFallsBackToDense(t *testing.T) {
 	hc, err = resolveHot(&Config{HotTokens: 256}, facts, policy.Capacity{})
 	if err != nil || !hc.noShift || hc.budget != 0 {
 		t.Fatalf("model without shift: %+v %v (want the dense fallback)", hc, err)
+	}
+}
+
+// TestPinnedBeyondTheBudgetIsUnpinned: pinned segments larger than the hot
+// budget lose their pins, oldest first, rather than fail the prefill
+// (policy.PlanEviction), and say so in the session's diagnostics.
+func TestPinnedBeyondTheBudgetIsUnpinned(t *testing.T) {
+	ts := needleServer(t, Config{})
+	c := dial(t, ts)
+	rng := rand.New(rand.NewSource(3))
+	pinned, _ := haystack(rng, 600)
+	tail, needle := haystack(rng, 200)
+	s := openSession(t, c)
+	ctx := context.Background()
+	m := client.Manifest{Segments: []client.Segment{
+		{ID: "core", Kind: client.KindPinned, Tokens: pinned, Stable: true},
+		{ID: "log", Kind: client.KindTerminal, Tokens: tail, Stable: true},
+	}}
+	r, err := s.EnsurePrefix(ctx, m)
+	if err != nil || r.PrefilledTokens != len(pinned)+len(tail)+1 {
+		t.Fatalf("prefix: %+v %v", r, err)
+	}
+	checkHot(t, ts.srv)
+	if _, err := s.PrefillSuffix(ctx, client.Segment{ID: "q", Kind: client.KindUserTurn, Tokens: needle[:4]}); err != nil {
+		t.Fatal(err)
+	}
+	checkHot(t, ts.srv)
+	ex, err := s.Explain(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unpinned := 0
+	for _, d := range ex.Diagnostics {
+		if strings.Contains(d, "pinned segments exceed the hot budget") && strings.Contains(d, "unpinned") {
+			unpinned++
+		}
+	}
+	t.Logf("%d blocks unpinned; hot %d, parked %d, evictions %d", unpinned, ex.HotTokens, ex.ParkedTokens, ex.Evictions)
+	if unpinned == 0 || ex.HotTokens > 256 || ex.Evictions == 0 {
+		t.Fatalf("diagnostics %q, hot %d", ex.Diagnostics, ex.HotTokens)
 	}
 }

@@ -51,9 +51,9 @@ type layout interface {
 	// explain fills the layout's figures and returns the tape ranges that
 	// are in the engine.
 	explain(rep *pb.ExplainReply) [][2]int
-	// bestOrphan is the orphan tape a hot set could resume target from
-	// and the tokens it shares (-1, 0: none, or a dense session).
-	bestOrphan(target []engine.Token) (int, int)
+	// orphanPrefixes are, per orphan tape a hot set could adopt (oldest
+	// first), the tokens it shares with target; nil for a dense session.
+	orphanPrefixes(target []engine.Token) []int
 	// adoptOrphan makes the first upto tokens of orphan tape i the empty
 	// session's tape and returns the tokens and blocks it holds then.
 	adoptOrphan(i, upto int) (tokens, blocks int, err error)

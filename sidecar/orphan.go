@@ -155,29 +155,21 @@ func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
 	sess.tape = append(sess.tape[:0], o.tokens...)
 	sess.spans = []span{{seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, start: 0, end: len(o.tokens)}}
 	h.tailV, h.tailP = len(sess.tape), 0
-	// Bring back what must be hot: sinks and pinned blocks, then the most
-	// recent blocks that fit the recent window, in stream order.
-	room := hc.limit - hc.reserve - 2*hc.block
-	want := map[int]bool{}
+	// Bring back what must be hot (policy.PlanAdoption decides): sinks
+	// and pinned blocks, then the most recent blocks that fit the recent
+	// window, in stream order.
+	cands := make([]policy.HotBlock, len(h.blocks))
 	for k, b := range h.blocks {
-		if (b.vstart == 0 && hc.sinks > 0) || b.pinned {
-			if room-b.n >= 0 {
-				want[k], room = true, room-b.n
-			}
-		}
+		cands[k] = policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Pinned: b.pinned}
 	}
-	recent := 0
-	for k := len(h.blocks) - 1; k >= 0 && recent < hc.recent; k-- {
-		b := h.blocks[k]
-		if want[k] || recent+b.n > hc.recent || room-b.n < 0 {
-			break
-		}
-		want[k], room, recent = true, room-b.n, recent+b.n
+	want := map[uint64]bool{}
+	for _, id := range policy.PlanAdoption(policy.AdoptInput{Blocks: cands, SinkTokens: hc.sinks, RecentTokens: hc.recent, RoomTokens: hc.limits().AdoptRoom()}) {
+		want[id] = true
 	}
 	pos := 0
 	var kv []byte
-	for k, b := range h.blocks {
-		if !want[k] {
+	for _, b := range h.blocks {
+		if !want[b.id] {
 			continue
 		}
 		var err error

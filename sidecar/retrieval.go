@@ -68,7 +68,7 @@ func (srv *Server) SetScorers(ctx context.Context, s policy.ScorerSet) error {
 		return err
 	}
 	defer srv.slot.release()
-	srv.cfg.Scorers, srv.cfg.NoRetrieval = s.String(), false
+	srv.cfg.Scorers = s.String()
 	srv.slot.hot.scorers = s // sessions' layouts read the slot's settings
 	return nil
 }

@@ -248,19 +248,15 @@ func (s *slot) sessionTokens() int {
 	if s.hot.budget == 0 {
 		return s.contextTokens()
 	}
-	kv := max(s.facts.KVBytesPerToken(s.kvType()), 1)
-	// Blocks a full arena spills to the SSD tier stay retrievable.
-	cold := int(policy.TokensForBytes(s.ssdBytes, kv))
-	if s.tiers.arena == nil {
-		return s.hot.limit + int(policy.TokensForBytes(s.tiers.arenaBytes, kv)) + cold
+	in := policy.SessionTokensInput{HotLimit: s.hot.limit, BlockTokens: s.hot.block,
+		KVBytesPerToken:   s.facts.KVBytesPerToken(s.kvType()),
+		RecordHeaderBytes: shm.BlockHeaderBytes, TokenBytes: shm.TokenBytes,
+		ArenaBytes: s.tiers.arenaBytes, ColdBytes: s.ssdBytes}
+	if a := s.tiers.arena; a != nil {
+		st := a.Stats()
+		in.SlabBytes, in.CapacitySlabs = st.SlabBytes, st.CapacitySlabs
 	}
-	// Count whole blocks the arena's slabs hold: a block of B tokens takes
-	// its header, tokens and KV bytes, rounded up to slabs.
-	st := s.tiers.arena.Stats()
-	b := int64(s.hot.block)
-	blockBytes := 256 + 4*b + (kv+kv/32)*b // header, tokens, KV (+3% state framing)
-	slabs := max((blockBytes+st.SlabBytes-1)/st.SlabBytes, 1)
-	return s.hot.limit + int(st.CapacitySlabs/slabs*b) + cold
+	return policy.SessionTokens(in)
 }
 
 func (s *slot) kvType() policy.KVType { return s.kv }
@@ -340,34 +336,15 @@ func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfi
 	if err != nil {
 		return hotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	hc := hotConfig{budget: cfg.HotTokens, window: cfg.Window, block: cfg.BlockTokens, sinks: cfg.SinkTokens,
-		recent: cfg.RecentTokens, scorers: scorers, maxRetrieved: cfg.MaxRetrieved}
-	if hc.window == 0 {
-		hc.window = facts.TrainedContext
+	in := cfg.hotLimitsInput()
+	in.TrainedContext, in.MemoryTokens = facts.TrainedContext, int(capa.MemoryTokens)
+	l, err := policy.ResolveHotLimits(in)
+	if err != nil {
+		return hotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	// Block and sink defaults come from DefaultConfig (Config.fill); a
-	// Config that was not filled gets them here.
-	d := DefaultConfig()
-	orDefault(&hc.block, d.BlockTokens)
-	auto := hc.budget == HotAuto
-	if auto {
-		hc.budget = policy.AutoHotBudget(hc.window, int(capa.MemoryTokens), hc.block)
-	}
-	if cfg.NoSinks {
-		hc.sinks = 0
-	} else {
-		orDefault(&hc.sinks, d.SinkTokens)
-	}
-	if hc.recent == 0 {
-		hc.recent = hc.budget / 4
-	}
-	hc.limit = min(hc.budget, hc.window)
-	hc.reserve = hc.block / 2
-	if need := hc.sinks + hc.recent + 2*hc.block + hc.reserve; need > hc.limit && auto {
+	if l.Budget == 0 {
 		return hotConfig{}, nil // too small a window or memory for a hot set: dense
-	} else if need > hc.limit {
-		return hotConfig{}, fmt.Errorf("%w: hot budget %d (window %d) is smaller than sinks %d + recent %d + two blocks of %d + decode reserve %d = %d",
-			ErrConfig, hc.budget, hc.window, hc.sinks, hc.recent, hc.block, hc.reserve, need)
 	}
+	hc := hotConfig{scorers: scorers}.withLimits(l)
 	return hc, nil
 }

@@ -81,27 +81,19 @@ func (d *denseLayout) restore(ctx context.Context, r snapRestore, upto int) erro
 		return err
 	}
 	upto = min(upto, len(tape))
-	kvb := d.env.kvBytesPerToken
+	// Which blocks come back from the SSD: policy.PlanRestore weighs
+	// reading them against prefilling them; the rest is prefilled.
 	f := d.env.fig
-	// Which blocks come back from the SSD: in order, while restoring is
-	// cheaper than recomputing; the rest is prefilled.
-	var keys []coldstore.Key
-	p := 0
+	in := policy.RestoreInput{UptoTokens: upto, KVBytesPerToken: d.env.kvBytesPerToken,
+		ReadBytesPerSec: f.readBPS, DecompressBytesPerSec: f.decompressBPS(), PrefillTokensPerSec: f.prefillTokensPerSec}
 	for _, b := range snap.Blocks {
-		if p >= upto {
-			break
-		}
-		raw := int64(b.Tokens) * kvb
-		if f.restoreCost(raw, raw*9/10) >= f.recomputeCost(b.Tokens) {
-			rep.Choice = fmt.Sprintf("recompute: restoring %d tokens (%.1f ms est.) is slower than prefilling them (%.1f ms est.)",
-				b.Tokens, 1e3*f.restoreCost(raw, raw*9/10), 1e3*f.recomputeCost(b.Tokens))
-			break
-		}
-		keys = append(keys, b.Key)
-		p += b.Tokens
+		in.BlockTokens = append(in.BlockTokens, b.Tokens)
 	}
-	if rep.Choice == "" {
-		rep.Choice = "restore: reading and decompressing is cheaper than prefill for every block"
+	plan := policy.PlanRestore(in)
+	rep.Choice = plan.Choice
+	keys := make([]coldstore.Key, plan.Blocks)
+	for i := range keys {
+		keys[i] = snap.Blocks[i].Key
 	}
 	ch, cancel := d.env.tiers.fetchAll(ctx, keys)
 	defer cancel()

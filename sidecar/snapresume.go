@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
@@ -18,15 +19,26 @@ import (
 // that came back, or "" when none fits. The caller holds the slot token
 // and sess is resident.
 func (srv *Server) resume(ctx context.Context, sess *session, target []engine.Token) (string, int) {
-	if sess.ephemeral || len(sess.tape) > 0 || len(target) < minAutoSnapshotTokens {
+	if sess.ephemeral || len(sess.tape) > 0 {
 		return "", 0
 	}
-	oi, on := sess.layout.bestOrphan(target)
-	best, bestN := srv.snaps.best(srv.ssdCompat(), sess.layout.mode(), target)
-	if oi >= 0 && on >= minAutoSnapshotTokens && on >= bestN {
-		// Blocks still in host RAM beat the SSD.
-		// The orphan may go on past target (tokens its session
-		// generated): keep only what target shares with it.
+	// policy.ChooseResume picks the source; resume stops at target's own
+	// tokens (choice.Tokens), whatever the source holds past them.
+	in := policy.ResumeInput{TargetTokens: len(target), MinTokens: minAutoSnapshotTokens, Arena: sess.layout.orphanPrefixes(target)}
+	var snaps []*snapEntry
+	if srv.snaps.on() {
+		snaps = srv.snaps.candidates(srv.ssdCompat(), sess.layout.mode())
+		for _, e := range snaps {
+			in.Snapshots = append(in.Snapshots, policy.ResumeCandidate{CommonTokens: commonPrefix(e.tape, target), Created: e.created.UnixNano()})
+		}
+	}
+	choice := policy.ChooseResume(in)
+	switch choice.Source {
+	case policy.ResumeArena:
+		// Blocks still in host RAM beat the SSD. The orphan may go on
+		// past target (tokens its session generated): keep only what
+		// target shares with it.
+		oi, on := choice.Index, choice.Tokens
 		n, blocks, err := sess.layout.adoptOrphan(oi, on)
 		if err != nil {
 			srv.log.Warn("resume from the arena failed; prefilling instead", "err", err)
@@ -37,10 +49,11 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 			Automatic: true, Choice: "resume from parked blocks still in the host-RAM arena (no SSD read, no prefill)"}
 		srv.log.Info("session resumed from the arena", "session", sess.id, "common_tokens", on, "tokens", n)
 		return "arena", min(on, n)
-	}
-	if !srv.snaps.on() || best == nil || bestN < minAutoSnapshotTokens {
+	case policy.ResumeSnapshot:
+	default:
 		return "", 0
 	}
+	best, bestN := snaps[choice.Index], choice.Tokens
 	snap, meta, err := srv.snaps.load(ctx, best.name, srv.ssdCompat(), srv.slot.model != nil)
 	if err != nil {
 		srv.log.Warn("resume: snapshot unusable", "name", best.name, "err", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -166,22 +167,19 @@ func (s *snapshots) load(ctx context.Context, name string, want coldstore.Compat
 	return snap, meta, nil
 }
 
-// best is the indexed snapshot of compat and mode sharing the longest
-// token prefix with target (the newest among equals), and that length.
-func (s *snapshots) best(compat coldstore.Compat, mode string, target []engine.Token) (*snapEntry, int) {
-	var best *snapEntry
-	bestN := 0
+// candidates are the indexed snapshots of compat and mode a session could
+// resume from, by name (so equal candidates are met in a stable order).
+func (s *snapshots) candidates(compat coldstore.Compat, mode string) []*snapEntry {
+	var out []*snapEntry
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, e := range s.index {
-		if e.compat != compat || e.mode != mode {
-			continue
-		}
-		if n := commonPrefix(e.tape, target); n > bestN || (n == bestN && best != nil && e.created.After(best.created)) {
-			best, bestN = e, n
+		if e.compat == compat && e.mode == mode {
+			out = append(out, e)
 		}
 	}
-	return best, bestN
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b *snapEntry) int { return strings.Compare(a.name, b.name) })
+	return out
 }
 
 // entry is the index's entry for name, or nil.

@@ -376,16 +376,14 @@ func (t *tiers) freeOrphan() bool {
 	return true
 }
 
-// bestOrphan is the orphan tape sharing the longest token prefix with
-// target, and that length (-1, 0: none).
-func (t *tiers) bestOrphan(target []engine.Token) (int, int) {
-	best, bestN := -1, 0
+// orphanPrefixes are, per orphan tape (oldest first), the tokens it
+// shares with target.
+func (t *tiers) orphanPrefixes(target []engine.Token) []int {
+	out := make([]int, len(t.orphans))
 	for i, o := range t.orphans {
-		if n := commonPrefix(o.tokens, target); n > bestN {
-			best, bestN = i, n
-		}
+		out[i] = commonPrefix(o.tokens, target)
 	}
-	return best, bestN
+	return out
 }
 
 // takeOrphan removes orphan tape i and hands it to the caller.

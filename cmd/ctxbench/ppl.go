@@ -85,9 +85,9 @@ func evalPPL(ctx context.Context, e *cli.Env, args []string) error {
 		hot.HotTokens = *hotTokens
 	}
 	sliding := hot
-	sliding.NoSinks, sliding.NoRetrieval = true, true
+	sliding.SinkTokens, sliding.Scorers = sidecar.NoSinks, policy.ScorerNone.String()
 	sinksOnly := hot
-	sinksOnly.NoRetrieval = true
+	sinksOnly.Scorers = policy.ScorerNone.String()
 	hot.SinkTokens, hot.RecentTokens = *sinks, *recent
 	setups := []struct {
 		name string

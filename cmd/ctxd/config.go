@@ -52,6 +52,8 @@ type config struct {
 	http      httpapi.Config
 	logLevel  slog.Level
 	logFormat string
+	// noRetrieval is --no-retrieval (a baseline): scorers "none".
+	noRetrieval bool
 
 	// file is the config file read ("" when none); fileFound says whether
 	// it existed (a missing default file is not an error).
@@ -61,10 +63,16 @@ type config struct {
 }
 
 // serverConfig is the daemon's configuration as set: `--sinks 0` means no
-// sinks (sidecar.Config reads a zero SinkTokens as its default).
+// sinks (sidecar.Config reads a zero SinkTokens as its default), and
+// `--no-retrieval` the scorer set "none".
 func (c *config) serverConfig() sidecar.Config {
 	sc := c.server
-	sc.NoSinks = sc.NoSinks || sc.SinkTokens == 0
+	if sc.SinkTokens == 0 {
+		sc.SinkTokens = sidecar.NoSinks
+	}
+	if c.noRetrieval {
+		sc.Scorers = policy.ScorerNone.String()
+	}
 	return sc
 }
 
@@ -104,7 +112,7 @@ func newConfig() *config {
 		bind("block", "with hot: block size in tokens", &sc.BlockTokens, intCodec, positive),
 		bind("sinks", "with hot: attention-sink tokens kept hot (0: none, a plain sliding window)", &sc.SinkTokens, intCodec, nonNegative),
 		bind("recent", "with hot: recent-window tokens kept hot (0: a quarter of hot)", &sc.RecentTokens, intCodec, nonNegative),
-		bind("no-retrieval", "with hot: keep only sinks, pinned and recent tokens (baseline)", &sc.NoRetrieval, boolCodec, nil),
+		bind("no-retrieval", "with hot: keep only sinks, pinned and recent tokens (baseline)", &c.noRetrieval, boolCodec, nil),
 		bind("arena-bytes", "with hot: host-RAM arena budget in bytes (0: a quarter of available RAM)", &sc.ArenaBytes, int64Codec, nonNegative),
 		bind("no-cold", "run without the SSD tier: no snapshots, no cross-session resume", &sc.NoCold, boolCodec, nil),
 		bind("cold-dir", "SSD tier folder (empty: DATA-DIR/cold)", &sc.ColdDir, pathCodec, nil),

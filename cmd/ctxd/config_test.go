@@ -88,7 +88,7 @@ flash-attn = true
 		{"hot", sc.HotTokens, 2000, "env CTXD_HOT"},
 		{"sinks", sc.SinkTokens, 8, "env CTXD_SINKS"},
 		{"recent", sc.RecentTokens, 50, "flag --recent"},
-		{"no-retrieval", sc.NoRetrieval, true, "flag --no-retrieval"},
+		{"no-retrieval", cfg.noRetrieval, true, "flag --no-retrieval"},
 		{"allow-uids", fmt.Sprint(sc.AllowUIDs), "[1001 1002]", file + ":5"},
 		{"log-level", cfg.logLevel, slog.LevelDebug, file + ":6"},
 		{"data-dir", sc.DataDir, filepath.Join(home, "ctxd-state"), file + ":7"},
@@ -222,7 +222,7 @@ func TestFlagsKeepWorking(t *testing.T) {
 	sc := inv.cfg.server
 	got := fmt.Sprintf("%s %d %s %s %v %v %d %d %v %d %d %d %d %d %v %d %v %s %s", sc.ModelPath, sc.ContextTokens, sc.SocketPath, sc.DataDir,
 		sc.KVType, sc.FlashAttention, sc.BatchTokens, sc.Threads, sc.AllowUIDs, sc.HotTokens, sc.Window, sc.BlockTokens,
-		sc.SinkTokens, sc.RecentTokens, sc.NoRetrieval, sc.ArenaBytes, inv.cfg.logLevel, inv.cfg.logFormat, sc.MetricsAddr)
+		sc.SinkTokens, sc.RecentTokens, inv.cfg.serverConfig().Scorers == "none", sc.ArenaBytes, inv.cfg.logLevel, inv.cfg.logFormat, sc.MetricsAddr)
 	want := "/m.gguf 512 /s.sock /d q8_0 true 256 3 [1000 1001] 4096 2048 32 2 128 true 1048576 WARN plain 127.0.0.1:0"
 	if got != want {
 		t.Errorf("got  %s\nwant %s", got, want)
@@ -354,14 +354,14 @@ func TestSinksZeroMeansNone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc := inv.cfg.serverConfig(); sc.SinkTokens != 0 || !sc.NoSinks {
-		t.Fatalf("--sinks 0: SinkTokens %d, NoSinks %v; want none", sc.SinkTokens, sc.NoSinks)
+	if sc := inv.cfg.serverConfig(); sc.SinkTokens != sidecar.NoSinks {
+		t.Fatalf("--sinks 0: SinkTokens %d; want sidecar.NoSinks", sc.SinkTokens)
 	}
 	inv, err = parse(t, envMap{}, "--hot", "1024")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sc, d := inv.cfg.serverConfig(), sidecar.DefaultConfig(); sc.SinkTokens != d.SinkTokens || sc.NoSinks {
-		t.Fatalf("default: SinkTokens %d, NoSinks %v; want %d", sc.SinkTokens, sc.NoSinks, d.SinkTokens)
+	if sc, d := inv.cfg.serverConfig(), sidecar.DefaultConfig(); sc.SinkTokens != d.SinkTokens || sc.Scorers != d.Scorers {
+		t.Fatalf("default: SinkTokens %d, scorers %q; want %d, %q", sc.SinkTokens, sc.Scorers, d.SinkTokens, d.Scorers)
 	}
 }
