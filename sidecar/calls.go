@@ -9,10 +9,12 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // The session calls: OpenSession, EnsurePrefix, PrefillSuffix, Decode and
@@ -91,6 +93,17 @@ func (srv *Server) compatKey(template string) string {
 		FlashAttention: srv.cfg.FlashAttention, ContextTokens: int64(srv.slot.contextTokens()),
 		FormatVersion: formatVersion, Backend: backendSettings(srv.slot.facts.Placement),
 	}.String()
+}
+
+// ssdCompatOf is the SSD tier's key prefix for blocks of a model with
+// these facts and KV settings.
+func ssdCompatOf(facts engine.Facts, kv policy.KVType, flashAttention bool) coldstore.Compat {
+	return tiers.Compat(facts.Digest, kv, flashAttention, formatVersion, backendSettings(facts.Placement))
+}
+
+// ssdCompat is the SSD tier's key prefix for the loaded model.
+func (srv *Server) ssdCompat() coldstore.Compat {
+	return ssdCompatOf(srv.slot.facts, srv.cfg.KVType, srv.cfg.FlashAttention)
 }
 
 // withSession finds the caller's session, marks it busy, takes the engine

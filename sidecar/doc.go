@@ -25,7 +25,7 @@
 //     (internal/privdir); only a stale socket is ever unlinked.
 //   - One owner per piece of state. The Server owns connections and
 //     sessions; the slot (slot.go) the model and the engine; tiers
-//     (tiers.go) every KV copy below the engine: the host-RAM arena, the
+//     (package tiers) every KV copy below the engine: the host-RAM arena, the
 //     SSD tier and the orphan tapes, with fetch tracing; snapshots
 //     (snapshots.go) the snapshot index and commits; each session's
 //     layout (layout.go) how its tape sits in the engine. Nothing else
@@ -51,7 +51,7 @@
 //     are durably in the SSD tier (snapshots.go); capture holds the engine
 //     token for memory copies only, and the token-major rewrite, hashing
 //     and compression run in commit after it is released. How a blob's
-//     bytes were laid out is recorded once, in its envelope (ssdblob.go).
+//     bytes were laid out is recorded once, in its envelope (tiers).
 //     A restore reproduces the saved engine state byte for byte, and both
 //     the saved and the restored session recompute the last token's
 //     logits, so they continue alike.
@@ -85,9 +85,9 @@
 //	             residency, sealing, eviction, compaction, admission),
 //	             retrieval.go (retrieval reports for explain), orphan.go
 //	             (adopting parked blocks of gone sessions)
-//	tiers        tiers.go (arena, SSD tier, orphan tapes: park, fetch,
-//	             spill, drop), ssdblob.go (the SSD blob envelope, content
-//	             keys), trace.go (fetch-phase markers ctxtrace probes)
+//	tiers        package sidecar/internal/tiers (arena, SSD tier, orphan tapes,
+//	             the SSD blob envelope); trace.go (the fetch-phase markers
+//	             ctxtrace probes, fed by the tiers' Observer: the metrics)
 //	snapshots    snapformat.go (the format), snapcapture.go (capture under
 //	             the engine token), snapshots.go (the owner: index, commit,
 //	             load, prune), snaprestore.go (restore), snapresume.go

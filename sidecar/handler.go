@@ -170,7 +170,7 @@ func capacityToWire(c policy.Capacity) *pb.Capacity {
 func (srv *Server) capacityReply() *pb.Capacity {
 	c := capacityToWire(srv.slot.capacity)
 	if hc := srv.slot.hot; hc.budget > 0 {
-		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.limit), int64(hc.window), srv.tiers.arenaBytes
+		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.limit), int64(hc.window), srv.tiers.ArenaBytes()
 		c.ArenaTokens = int64(srv.slot.sessionTokens() - hc.limit)
 	}
 	c.SessionTokens = int64(srv.slot.sessionTokens())
@@ -204,7 +204,7 @@ func (srv *Server) loadLocked(ctx context.Context, path string, ctxTokens int) e
 	srv.mu.Lock()
 	srv.nextSession = max(srv.nextSession, srv.slot.arenaMaxSession)
 	srv.mu.Unlock()
-	srv.slot.ssdBytes = srv.tiers.ssdQuota()
+	srv.slot.ssdBytes = srv.tiers.SSDQuota()
 	srv.publishSlot()
 	c := srv.slot.capacity
 	srv.log.Info("model loaded", "path", path, "digest", srv.slot.facts.Digest[:16],

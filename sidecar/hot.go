@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/shm"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Hot-set mode: a session's stream of tokens (its tape) may be far longer
@@ -52,8 +53,8 @@ const (
 
 // residencyOf is the residency of a block in the engine or not, with a
 // copy in where.
-func residencyOf(inEngine bool, where tier) residency {
-	r := [...]residency{tierNone: resLost, tierArena: resParked, tierSSD: resSpilled}[where]
+func residencyOf(inEngine bool, where tiers.Tier) residency {
+	r := [...]residency{tiers.None: resLost, tiers.Arena: resParked, tiers.SSD: resSpilled}[where]
 	if inEngine {
 		r += resHotOnly
 	}
@@ -64,8 +65,8 @@ func residencyOf(inEngine bool, where tier) residency {
 func (r residency) inEngine() bool { return r >= resHotOnly }
 
 // copyTier is the tier holding the block's copy below the engine.
-func (r residency) copyTier() tier {
-	return [...]tier{tierNone, tierArena, tierSSD}[r%resHotOnly]
+func (r residency) copyTier() tiers.Tier {
+	return [...]tiers.Tier{tiers.None, tiers.Arena, tiers.SSD}[r%resHotOnly]
 }
 
 // evicted is the residency after the engine lets the block go.
@@ -75,7 +76,7 @@ func (r residency) evicted() residency { return residencyOf(false, r.copyTier())
 func (r residency) admitted() residency { return residencyOf(true, r.copyTier()) }
 
 // withCopy is the residency with the copy below the engine in where.
-func (r residency) withCopy(where tier) residency { return residencyOf(r.inEngine(), where) }
+func (r residency) withCopy(where tiers.Tier) residency { return residencyOf(r.inEngine(), where) }
 
 func (r residency) String() string {
 	return [...]string{"lost", "parked", "spilled", "hot", "hot+parked", "hot+spilled"}[r]
@@ -237,7 +238,7 @@ func (h *hotSet) seal(ctx context.Context) {
 	b.class, b.kind, b.segID, b.pinned = c.Class, c.Kind, c.SegmentID, c.Pinned
 	if r, err := h.env.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
 		if h.park(ctx, b, toks, r.Blob) {
-			b.res = b.res.withCopy(tierArena)
+			b.res = b.res.withCopy(tiers.Arena)
 		}
 	} else {
 		h.note(fmt.Sprintf("block %d not parked: %v", b.id, err))
@@ -263,13 +264,13 @@ func segmentSpans(spans []span) []policy.SegmentSpan {
 // block was parked.
 func (h *hotSet) park(ctx context.Context, b *hotBlock, toks []engine.Token, kv []byte) bool {
 	t := h.env.tiers
-	if t.arena == nil {
+	if !t.HasArena() {
 		return false
 	}
 	blk := shm.Block{ID: b.id, Session: h.sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
 		SegID: clipString(b.segID, shm.MaxSegIDLen), Pos: int32(b.pos0), Tokens: toks, KV: kv}
 	for {
-		err := t.park(blk)
+		err := t.Park(blk)
 		if err == nil {
 			return true
 		}
@@ -285,9 +286,9 @@ func (h *hotSet) park(ctx context.Context, b *hotBlock, toks []engine.Token, kv 
 		if err := h.spill(ctx, victim); err != nil {
 			h.env.metrics.arenaDropped.Inc()
 			h.note(fmt.Sprintf("arena full: dropped parked block %d (tokens %d..%d, %s); the SSD tier could not take it: %v", victim.id, victim.vstart, victim.vstart+victim.n, victim.class, err))
-			victim.res = victim.res.withCopy(tierNone)
+			victim.res = victim.res.withCopy(tiers.None)
 		}
-		t.dropParked(victim.id)
+		t.DropParked(victim.id)
 	}
 }
 
@@ -296,18 +297,18 @@ func (h *hotSet) park(ctx context.Context, b *hotBlock, toks []engine.Token, kv 
 func (h *hotSet) spill(ctx context.Context, b *hotBlock) error {
 	toks := append([]engine.Token(nil), h.sess.tape[b.vstart:b.vstart+b.n]...)
 	meta := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0, Class: uint8(b.class), Segment: b.segID}
-	key, err := h.env.tiers.spill(ctx, b.id, b.ssdKey, meta)
+	key, err := h.env.tiers.Spill(ctx, b.id, b.ssdKey, meta)
 	if err != nil {
 		return err
 	}
-	b.ssdKey, b.res = key, b.res.withCopy(tierSSD)
+	b.ssdKey, b.res = key, b.res.withCopy(tiers.SSD)
 	return nil
 }
 
 // dropCopy frees the block's copy below the engine.
 func (h *hotSet) dropCopy(b *hotBlock) {
-	h.env.tiers.drop(b.res.copyTier(), b.id, b.ssdKey)
-	b.res = b.res.withCopy(tierNone)
+	h.env.tiers.Drop(b.res.copyTier(), b.id, b.ssdKey)
+	b.res = b.res.withCopy(tiers.None)
 }
 
 // arenaVictim is the session's block parked in the arena (and not in the
@@ -661,22 +662,22 @@ func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 			continue
 		}
 		where := m.b.res.copyTier()
-		got, err := t.fetch(ctx, where, m.b.id, m.b.ssdKey, kv[:0])
+		got, err := t.Fetch(ctx, where, m.b.id, m.b.ssdKey, kv[:0])
 		if err != nil {
-			if where == tierArena && ctx.Err() == nil {
+			if where == tiers.Arena && ctx.Err() == nil {
 				// The arena lost it: that copy is gone.
-				t.dropParked(m.b.id)
-				m.b.res = m.b.res.withCopy(tierNone)
+				t.DropParked(m.b.id)
+				m.b.res = m.b.res.withCopy(tiers.None)
 			}
 			// An SSD read that failed or was cancelled keeps the block
 			// spilled: a later turn may still bring it back.
 			h.note(fmt.Sprintf("block %d unreadable from the %s tier: %v", m.b.id, where, err))
 			continue
 		}
-		if where == tierArena {
+		if where == tiers.Arena {
 			kv = got // reuse the buffer; SSD reads bring their own
 		}
-		if err := t.insert(ectx, m.b.id, engine.Range{Pos0: m.b.pos0, Count: m.b.n, Blob: got}, m.to); err != nil {
+		if err := t.Insert(ectx, m.b.id, engine.Range{Pos0: m.b.pos0, Count: m.b.n, Blob: got}, m.to); err != nil {
 			// Bytes the engine refuses are as good as lost; the layout
 			// closes over the hole below, so the KV stays consistent.
 			h.dropCopy(m.b)
@@ -745,11 +746,11 @@ func (h *hotSet) reset() {
 // freed.
 func (h *hotSet) release(keep bool) {
 	for _, b := range h.blocks {
-		if b.res.copyTier() == tierSSD {
+		if b.res.copyTier() == tiers.SSD {
 			h.dropCopy(b)
 		}
 	}
-	if keep && h.env.tiers.arena != nil {
+	if keep && h.env.tiers.HasArena() {
 		h.orphanBlocks()
 		h.blocks = nil
 	}
@@ -761,5 +762,5 @@ func (h *hotSet) release(keep bool) {
 
 // orphanPrefixes are the tokens each orphan tape shares with target.
 func (h *hotSet) orphanPrefixes(target []engine.Token) []int {
-	return h.env.tiers.orphanPrefixes(target)
+	return h.env.tiers.OrphanPrefixes(target)
 }

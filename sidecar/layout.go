@@ -6,6 +6,7 @@ import (
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // A session's layout is how its tape sits in the engine. There are two,
@@ -68,7 +69,7 @@ type layout interface {
 // engine and settings, fixed while any session is open.
 type layoutEnv struct {
 	ectx            engine.Context
-	tiers           *tiers
+	tiers           *tiers.Tiers
 	metrics         *metrics
 	hot             *hotConfig // the slot's: the scorers may change between turns
 	fig             *figures   // restore-or-recompute figures, refined by restores

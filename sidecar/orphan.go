@@ -2,12 +2,12 @@ package sidecar
 
 import (
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/shm"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Orphan tapes: parked blocks whose session is gone — closed in this run,
@@ -20,105 +20,15 @@ import (
 // pinned blocks and recent window. A full arena frees orphans, oldest
 // first, before it evicts a live session's blocks.
 
-// orphanTape is a chain-verified run of parked blocks without a session.
-type orphanTape struct {
-	blocks []shm.Meta
-	tokens []engine.Token // the blocks' tokens, in order
-	since  time.Time
-}
-
-// collectOrphans rebuilds tapes from the arena's blocks (after a restart):
-// blocks grouped by session, in id order, cut at the first broken chain.
-// Blocks that no tape can use are freed. It returns the largest block id
-// and session id seen, so new ones do not collide.
-func collectOrphans(a *shm.Arena, log *slog.Logger) (tapes []*orphanTape, maxID, maxSession uint64) {
-	drop := func(id uint64) {
-		if err := a.Delete(id); err != nil {
-			log.Warn("arena: freeing a block no tape can use", "id", id, "err", err)
-		}
-	}
-	bySession := map[uint64][]shm.Meta{}
-	var order []uint64
-	for _, m := range a.List() { // ascending id
-		maxID, maxSession = max(maxID, m.ID), max(maxSession, m.Session)
-		if _, ok := bySession[m.Session]; !ok {
-			order = append(order, m.Session)
-		}
-		bySession[m.Session] = append(bySession[m.Session], m)
-	}
-	// A session that adopted an earlier session's blocks continues that
-	// session's chain: its first block links to the tape ending with the
-	// block its chain was computed from.
-	byEnd := map[shm.Hash]*orphanTape{}
-	for _, sid := range order {
-		ms := bySession[sid]
-		first, err := a.Get(ms[0].ID)
-		if err != nil {
-			for _, m := range ms {
-				drop(m.ID)
-			}
-			continue
-		}
-		t := &orphanTape{since: time.Now()}
-		var prev shm.Hash
-		if shm.ChainHash(prev, first.Tokens) != ms[0].Chain {
-			parent := (*orphanTape)(nil)
-			for end, pt := range byEnd {
-				if shm.ChainHash(end, first.Tokens) == ms[0].Chain {
-					parent, prev = pt, end
-					break
-				}
-			}
-			if parent == nil {
-				for _, m := range ms {
-					drop(m.ID)
-				}
-				continue
-			}
-			// The parent is a prefix of this tape: merge them.
-			t.blocks, t.tokens = parent.blocks, parent.tokens
-			delete(byEnd, prev)
-			parent.blocks = nil
-		}
-		broken := false
-		for _, m := range ms {
-			if broken {
-				drop(m.ID)
-				continue
-			}
-			b, err := a.Get(m.ID)
-			if err != nil || shm.ChainHash(prev, b.Tokens) != m.Chain {
-				broken = true
-				drop(m.ID)
-				continue
-			}
-			prev = m.Chain
-			t.blocks = append(t.blocks, m)
-			t.tokens = append(t.tokens, b.Tokens...)
-		}
-		if len(t.blocks) > 0 {
-			tapes = append(tapes, t)
-			byEnd[prev] = t
-		}
-	}
-	out := tapes[:0]
-	for _, t := range tapes {
-		if len(t.blocks) > 0 {
-			out = append(out, t)
-		}
-	}
-	return out, maxID, maxSession
-}
-
 // orphanBlocks keeps a closing session's parked blocks as an orphan tape
 // (the chain-contiguous prefix of blocks with an arena copy); the rest of
 // the arena copies are freed. The caller holds the slot token.
 func (h *hotSet) orphanBlocks() {
 	t := h.env.tiers
-	o := &orphanTape{since: time.Now()}
+	o := &tiers.OrphanTape{Since: time.Now()}
 	contiguous := true
 	for _, b := range h.blocks {
-		if b.res.copyTier() != tierArena {
+		if b.res.copyTier() != tiers.Arena {
 			contiguous = false
 			continue
 		}
@@ -126,11 +36,11 @@ func (h *hotSet) orphanBlocks() {
 			h.dropCopy(b)
 			continue
 		}
-		o.blocks = append(o.blocks, shm.Meta{ID: b.id, Session: h.sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
+		o.Blocks = append(o.Blocks, shm.Meta{ID: b.id, Session: h.sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
 			SegID: b.segID, Pos: int32(b.pos0), NTokens: b.n})
-		o.tokens = append(o.tokens, h.sess.tape[b.vstart:b.vstart+b.n]...)
+		o.Tokens = append(o.Tokens, h.sess.tape[b.vstart:b.vstart+b.n]...)
 	}
-	t.keepOrphan(o)
+	t.KeepOrphan(o)
 }
 
 // adoptOrphan makes orphan tape i the empty hot-set session's stream: its
@@ -140,20 +50,20 @@ func (h *hotSet) orphanBlocks() {
 // slot token and the session is resident.
 func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
 	t, hc, sess := h.env.tiers, h.env.hot, h.sess
-	o := t.takeOrphan(i)
+	o := t.TakeOrphan(i)
 	if err := h.clear(); err != nil {
 		return 0, 0, err
 	}
 	v := 0
-	for k, m := range o.blocks {
+	for k, m := range o.Blocks {
 		b := &hotBlock{id: m.ID, seq: k, vstart: v, n: m.NTokens, class: policy.CacheClass(m.Class), kind: policy.SegmentKind(m.Kind),
 			segID: m.SegID, pinned: policy.SegmentKind(m.Kind) == policy.KindPinned, chain: m.Chain, pos0: int(m.Pos), res: resParked}
-		h.index.Add(b.id, o.tokens[v:v+b.n])
+		h.index.Add(b.id, o.Tokens[v:v+b.n])
 		h.blocks = append(h.blocks, b)
 		v += b.n
 	}
-	sess.tape = append(sess.tape[:0], o.tokens...)
-	sess.spans = []span{{seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, start: 0, end: len(o.tokens)}}
+	sess.tape = append(sess.tape[:0], o.Tokens...)
+	sess.spans = []span{{seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, start: 0, end: len(o.Tokens)}}
 	h.tailV, h.tailP = len(sess.tape), 0
 	// Bring back what must be hot (policy.PlanAdoption decides): sinks
 	// and pinned blocks, then the most recent blocks that fit the recent
@@ -173,8 +83,8 @@ func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
 			continue
 		}
 		var err error
-		if kv, err = t.readParked(b.id, kv[:0]); err == nil {
-			err = t.insert(h.env.ectx, b.id, engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}, pos)
+		if kv, err = t.ReadParked(b.id, kv[:0]); err == nil {
+			err = t.Insert(h.env.ectx, b.id, engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}, pos)
 		}
 		if err != nil {
 			h.note(fmt.Sprintf("resumed block %d not brought back: %v", b.id, err))

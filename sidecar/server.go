@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/privdir"
 	"github.com/ctxd/ctxd/protocol"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Server is the ctxd daemon.
@@ -36,8 +37,8 @@ type Server struct {
 	fence   atomic.Pointer[error] // set when the lease is lost
 	wg      sync.WaitGroup        // connections
 
-	tiers *tiers     // the arena and the SSD tier (tiers.go)
-	snaps *snapshots // the SSD tier's snapshots (snapshots.go)
+	tiers *tiers.Tiers // the arena and the SSD tier (package tiers)
+	snaps *snapshots   // the SSD tier's snapshots (snapshots.go)
 }
 
 // New takes ownership of the data directory, opens the SSD tier, reads
@@ -57,14 +58,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		sessions: map[uint64]*session{}, conns: map[uint64]*conn{},
 	}
 	srv.metrics = newMetrics(srv.sessionCount)
-	srv.tiers = newTiers(cfg.Logger, srv.metrics)
+	srv.tiers = tiers.New(cfg.Logger, srv.metrics)
 	srv.slot = newSlot(cfg.Logger, srv.tiers)
 	srv.snaps = newSnapshots(cfg.Logger, srv.tiers, srv.metrics, cfg.AutoSnapshots)
-	srv.tiers.openSSD(ctx, &srv.cfg)
+	srv.tiers.OpenSSD(ctx, cfg.ssdConfig())
 	srv.snaps.loadIndex(ctx)
 	if cfg.ModelPath != "" {
 		if err := srv.loadLocked(ctx, cfg.ModelPath, cfg.ContextTokens); err != nil {
-			srv.tiers.close(ctx)
+			srv.tiers.Close(ctx)
 			owner.release()
 			return nil, err
 		}
@@ -220,7 +221,7 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 		// Automatic snapshots of the sessions just closed finish first.
 		err = srv.snaps.wait(ctx)
 	}
-	srv.tiers.close(ctx)
+	srv.tiers.Close(ctx)
 	if err == nil {
 		if err = srv.slot.acquire(ctx); err == nil {
 			srv.slot.unload()

@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/shm"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // slot is the single model slot. Its token (turns, handed out first come,
@@ -33,7 +34,7 @@ type slot struct {
 	resident        *session // whose tape is in sequence 0
 	holders         int      // open sessions; a non-zero count pins the model
 	hot             hotConfig
-	tiers           *tiers // the loaded model's arena lives there
+	tiers           *tiers.Tiers // the loaded model's arena lives there
 	nextBlock       uint64
 	kv              policy.KVType
 	fig             figures // measured at load: restore or recompute
@@ -42,7 +43,7 @@ type slot struct {
 	deviceReason    string  // why the model runs where it does (Status)
 }
 
-func newSlot(log *slog.Logger, t *tiers) *slot {
+func newSlot(log *slog.Logger, t *tiers.Tiers) *slot {
 	s := &slot{log: log, tiers: t}
 	s.view.Store(&slotView{})
 	return s
@@ -165,7 +166,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	if hc.budget > 0 {
 		costAt = min(hc.limit/2, 256)
 	}
-	fig := measureFigures(ctx, ectx, facts, elemBytes(o.kvType), costAt)
+	fig := measureFigures(ctx, ectx, facts, tiers.ElemBytes(o.kvType), costAt)
 	if err := ctx.Err(); err != nil {
 		ectx.Close()
 		m.Close()
@@ -179,7 +180,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	}
 	var arena *shm.Arena
 	var arenaBytes int64
-	var orphans []*orphanTape
+	var orphans []*tiers.OrphanTape
 	var maxID, maxSession uint64
 	if hc.budget > 0 {
 		arenaBytes = o.cfg.ArenaBytes
@@ -203,7 +204,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		}
 		// Parked blocks of a previous run become orphan tapes that new
 		// sessions resume from (orphan.go); ids continue above theirs.
-		orphans, maxID, maxSession = collectOrphans(a, s.log)
+		orphans, maxID, maxSession = tiers.CollectOrphans(a, s.log)
 		if n := len(orphans); n > 0 {
 			o.log("arena re-attached: parked blocks of an earlier ctxd kept for resume", "tapes", n)
 		}
@@ -215,13 +216,13 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	s.fig = fig
 	s.deviceReason = plan.reason
 	s.nextBlock, s.arenaMaxSession = max(s.nextBlock, maxID), maxSession
-	s.tiers.attach(arena, arenaBytes, orphans, ssdCompatOf(facts, o.kvType, o.flashAttention), elemBytes(o.kvType))
+	s.tiers.Attach(arena, arenaBytes, orphans, ssdCompatOf(facts, o.kvType, o.flashAttention), tiers.ElemBytes(o.kvType))
 	return capa.Warning, nil
 }
 
 // unload frees the model; the caller holds the token and checked holders.
 func (s *slot) unload() {
-	s.tiers.detach()
+	s.tiers.Detach()
 	s.hot = hotConfig{}
 	if s.ectx != nil {
 		s.ectx.Close()
@@ -251,9 +252,8 @@ func (s *slot) sessionTokens() int {
 	in := policy.SessionTokensInput{HotLimit: s.hot.limit, BlockTokens: s.hot.block,
 		KVBytesPerToken:   s.facts.KVBytesPerToken(s.kvType()),
 		RecordHeaderBytes: shm.BlockHeaderBytes, TokenBytes: shm.TokenBytes,
-		ArenaBytes: s.tiers.arenaBytes, ColdBytes: s.ssdBytes}
-	if a := s.tiers.arena; a != nil {
-		st := a.Stats()
+		ArenaBytes: s.tiers.ArenaBytes(), ColdBytes: s.ssdBytes}
+	if st, ok := s.tiers.ArenaStats(); ok {
 		in.SlabBytes, in.CapacitySlabs = st.SlabBytes, st.CapacitySlabs
 	}
 	return policy.SessionTokens(in)

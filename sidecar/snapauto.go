@@ -35,7 +35,7 @@ func autoName(sess *session) string {
 // since the last one; the commit continues in the background. The caller
 // holds the slot token.
 func (srv *Server) autoSnapshot(sess *session, why string) {
-	ssd := srv.tiers.ssd
+	ssd := srv.tiers.SSD()
 	if ssd == nil || ssd.Err() != nil || sess.closed || sess.ephemeral || len(sess.tape) < minAutoSnapshotTokens || sess.version == sess.savedVersion {
 		return
 	}

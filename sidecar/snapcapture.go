@@ -13,6 +13,7 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/shm"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Capture: a session's state copied out under the slot token. Only
@@ -59,7 +60,7 @@ func (c *snapCapture) addStored(key coldstore.Key, tokens int) int {
 func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
 	tape := append([]engine.Token(nil), sess.tape...)
 	c := &snapCapture{snap: coldstore.Snapshot{Name: name, Created: time.Now(), Compat: srv.ssdCompat()}, tape: tape,
-		elemBytes: elemBytes(srv.cfg.KVType)}
+		elemBytes: tiers.ElemBytes(srv.cfg.KVType)}
 	meta := snapMeta{Format: snapFormat, Session: sess.name, Tape: encodeTape(tape), Mode: sess.layout.mode()}
 	if sess.manifest != nil {
 		meta.Template = sess.manifest.Template
@@ -137,13 +138,13 @@ func (h *hotSet) capture(c *snapCapture, meta *snapMeta) error {
 			Score: b.score, Reason: b.reason, Retrieved: b.retrieved}
 		toks := tape[b.vstart : b.vstart+b.n]
 		switch b.res.copyTier() {
-		case tierArena:
+		case tiers.Arena:
 			if len(ext.members) > 0 && b.seq/extentBlocks != ext.group {
 				flush()
 			}
-			kv, err := h.env.tiers.copyParked(b.id)
+			kv, err := h.env.tiers.CopyParked(b.id)
 			if err != nil {
-				b.res = b.res.withCopy(tierNone)
+				b.res = b.res.withCopy(tiers.None)
 				h.note(fmt.Sprintf("block %d unreadable from the arena while saving: %v", b.id, err))
 				break
 			}
@@ -156,7 +157,7 @@ func (h *hotSet) capture(c *snapCapture, meta *snapMeta) error {
 			ext.chain = b.chain
 			ext.toks = append(ext.toks, toks...)
 			ext.members = append(ext.members, len(sh.Blocks))
-		case tierSSD:
+		case tiers.SSD:
 			sb.KV = c.addStored(b.ssdKey, len(toks))
 		}
 		sh.Blocks = append(sh.Blocks, sb)

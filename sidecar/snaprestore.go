@@ -12,6 +12,7 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Restore: a session takes a snapshot's state. A restore reproduces the
@@ -50,7 +51,7 @@ func (srv *Server) restoreInto(ctx context.Context, sess *session, snap coldstor
 	}
 	f := &srv.slot.fig
 	r.rep = &pb.RestoreReport{Snapshot: snap.Name, PrefillTokensPerS: f.prefillTokensPerSec, DecompressBytesPerS: f.decompressBPS(), ReadBytesPerS: f.readBPS}
-	ssd := srv.tiers.ssd
+	ssd := srv.tiers.SSD()
 	readBefore := ssd.Stats().ReadBytes
 	if err := sess.layout.restore(ctx, r, upto); err != nil {
 		return nil, err
@@ -95,21 +96,21 @@ func (d *denseLayout) restore(ctx context.Context, r snapRestore, upto int) erro
 	for i := range keys {
 		keys[i] = snap.Blocks[i].Key
 	}
-	ch, cancel := d.env.tiers.fetchAll(ctx, keys)
+	ch, cancel := d.env.tiers.FetchAll(ctx, keys)
 	defer cancel()
 	pos := 0
 	for i := range keys {
 		reportProgress(ctx, "restore", i, len(keys))
 		fb := <-ch
 		n := snap.Blocks[i].Tokens
-		if fb.err == nil {
-			fb.err = d.env.ectx.InsertRange(engine.Range{Pos0: pos, Count: n, Blob: fb.blob}, pos)
+		if fb.Err == nil {
+			fb.Err = d.env.ectx.InsertRange(engine.Range{Pos0: pos, Count: n, Blob: fb.Blob}, pos)
 		}
-		if fb.err != nil {
+		if fb.Err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("%w: %w", protocol.ErrCancelled, ctx.Err())
 			}
-			rep.Choice = fmt.Sprintf("block %d unusable (%v): recomputed from token %d", i, fb.err, pos)
+			rep.Choice = fmt.Sprintf("block %d unusable (%v): recomputed from token %d", i, fb.Err, pos)
 			break
 		}
 		sess.tape = append(sess.tape, tape[pos:pos+n]...)
@@ -161,45 +162,45 @@ func (h *hotSet) restore(ctx context.Context, r snapRestore, _ int) error {
 	for _, ir := range sh.Image {
 		keys = append(keys, snap.Blocks[ir.KV].Key)
 	}
-	ch, cancel := h.env.tiers.fetchAll(ctx, keys)
+	ch, cancel := h.env.tiers.FetchAll(ctx, keys)
 	defer cancel()
-	cur, curIdx := fetched{}, -1
+	cur, curIdx := tiers.Fetched{}, -1
 	h.turn, h.evictions, h.admissions = sh.Turn, sh.Evictions, sh.Admissions
 	for k, sb := range sh.Blocks {
 		reportProgress(ctx, "restore", k, len(sh.Blocks))
 		toks := tape[sb.VStart : sb.VStart+sb.N]
 		b := &hotBlock{id: h.env.newBlockID(), seq: len(h.blocks), vstart: sb.VStart, n: sb.N, class: sb.Class, kind: sb.Kind,
-			segID: sb.SegID, pinned: sb.Pinned, chain: sb.Chain, res: residencyOf(sb.Hot, tierNone), pstart: sb.PStart, pos0: sb.Pos0,
+			segID: sb.SegID, pinned: sb.Pinned, chain: sb.Chain, res: residencyOf(sb.Hot, tiers.None), pstart: sb.PStart, pos0: sb.Pos0,
 			lastUsed: sb.LastUsed, score: sb.Score, reason: sb.Reason, retrieved: sb.Retrieved}
 		if sb.KV >= 0 {
 			if sb.KV != curIdx {
 				cur, curIdx = <-ch, sb.KV
 			}
 			fb := cur
-			if fb.err == nil {
-				blob := fb.blob
+			if fb.Err == nil {
+				blob := fb.Blob
 				if sb.Len >= 0 {
 					if sb.Off < 0 || sb.Off+sb.Len > len(blob) {
-						fb.err = fmt.Errorf("block bytes [%d,+%d) outside its blob of %d", sb.Off, sb.Len, len(blob))
+						fb.Err = fmt.Errorf("block bytes [%d,+%d) outside its blob of %d", sb.Off, sb.Len, len(blob))
 					} else {
 						blob = blob[sb.Off : sb.Off+sb.Len]
 					}
 				} else {
 					b.ssdKey = snap.Blocks[sb.KV].Key // a spilled block: its own blob
 				}
-				if fb.err == nil {
+				if fb.Err == nil {
 					if h.park(ctx, b, toks, blob) {
-						b.res = b.res.withCopy(tierArena)
+						b.res = b.res.withCopy(tiers.Arena)
 					}
 					rep.RestoredBlocks++
 					rep.RestoredTokens += int64(sb.N)
 				}
 			}
-			if fb.err != nil {
+			if fb.Err != nil {
 				if ctx.Err() != nil {
 					return fmt.Errorf("%w: %w", protocol.ErrCancelled, ctx.Err())
 				}
-				h.note(fmt.Sprintf("block %d (tokens %d..%d) not restored: %v", b.id, b.vstart, b.vstart+b.n, fb.err))
+				h.note(fmt.Sprintf("block %d (tokens %d..%d) not restored: %v", b.id, b.vstart, b.vstart+b.n, fb.Err))
 			}
 		}
 		h.index.Add(b.id, toks)
@@ -207,17 +208,17 @@ func (h *hotSet) restore(ctx context.Context, r snapRestore, _ int) error {
 	}
 	for _, ir := range sh.Image {
 		fb := <-ch
-		if fb.err == nil {
-			fb.err = h.env.ectx.InsertRange(engine.Range{Pos0: ir.PStart, Count: ir.N, Blob: fb.blob}, ir.PStart)
+		if fb.Err == nil {
+			fb.Err = h.env.ectx.InsertRange(engine.Range{Pos0: ir.PStart, Count: ir.N, Blob: fb.Blob}, ir.PStart)
 		}
-		if fb.err != nil {
+		if fb.Err != nil {
 			// Without the engine image the hot set cannot be rebuilt
 			// exactly: leave the session empty rather than inconsistent.
 			if err := h.clear(); err != nil {
 				h.env.ectx.Clear()
 				h.reset()
 			}
-			return fmt.Errorf("%w: snapshot %s: hot range at %d: %w", protocol.ErrInternal, snap.Name, ir.PStart, fb.err)
+			return fmt.Errorf("%w: snapshot %s: hot range at %d: %w", protocol.ErrInternal, snap.Name, ir.PStart, fb.Err)
 		}
 	}
 	sess.tape = append(sess.tape[:0], tape...)

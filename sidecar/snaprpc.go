@@ -7,6 +7,7 @@ import (
 
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // The snapshot calls: SaveSnapshot, Restore, ListSnapshots,
@@ -76,9 +77,9 @@ func (srv *Server) listSnapshots(ctx context.Context) (*pb.ListSnapshotsReply, e
 	if !srv.snaps.on() {
 		return &pb.ListSnapshotsReply{Cold: srv.ssdStatus()}, nil
 	}
-	infos, err := srv.tiers.ssd.Snapshots(ctx)
+	infos, err := srv.tiers.SSD().Snapshots(ctx)
 	if err != nil {
-		return nil, ssdErr(err)
+		return nil, tiers.WireErr(err)
 	}
 	compat := srv.slot.view.Load().compat // never waits for the engine
 	rep := &pb.ListSnapshotsReply{Cold: srv.ssdStatus()}
@@ -99,10 +100,10 @@ func (srv *Server) verifyCold(ctx context.Context) (*pb.VerifyColdReply, error) 
 	if !srv.snaps.on() {
 		return nil, srv.snaps.errOff()
 	}
-	ssd := srv.tiers.ssd
+	ssd := srv.tiers.SSD()
 	probs, err := ssd.Verify(ctx)
 	if err != nil {
-		return nil, ssdErr(err)
+		return nil, tiers.WireErr(err)
 	}
 	st := ssd.Stats()
 	rep := &pb.VerifyColdReply{BlocksChecked: int64(st.Blocks), SnapshotsChecked: int32(srv.snaps.count())}
@@ -125,4 +126,4 @@ func (srv *Server) deleteSnapshot(ctx context.Context, name string) error {
 }
 
 // ssdStatus reports the SSD tier and the snapshots it holds.
-func (srv *Server) ssdStatus() *pb.ColdStatus { return srv.tiers.status(srv.snaps.count()) }
+func (srv *Server) ssdStatus() *pb.ColdStatus { return srv.tiers.Status(srv.snaps.count()) }

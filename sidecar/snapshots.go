@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Snapshots are taken in two steps: capture runs under the slot token and
@@ -31,7 +32,7 @@ import (
 // written. Its methods never wait for the engine.
 type snapshots struct {
 	log      *slog.Logger
-	tiers    *tiers // the SSD tier holds the snapshots and their blobs
+	tiers    *tiers.Tiers // the SSD tier holds the snapshots and their blobs
 	metrics  *metrics
 	autoKeep int // automatic snapshots kept (Config.AutoSnapshots)
 
@@ -49,16 +50,16 @@ type snapEntry struct {
 	tape    []engine.Token
 }
 
-func newSnapshots(log *slog.Logger, t *tiers, m *metrics, autoKeep int) *snapshots {
+func newSnapshots(log *slog.Logger, t *tiers.Tiers, m *metrics, autoKeep int) *snapshots {
 	return &snapshots{log: log, tiers: t, metrics: m, autoKeep: autoKeep, index: map[string]*snapEntry{}}
 }
 
 // on reports whether snapshots can be taken: the SSD tier is open.
-func (s *snapshots) on() bool { return s.tiers.ssd != nil }
+func (s *snapshots) on() bool { return s.tiers.SSD() != nil }
 
 // errOff is the error of a snapshot call while the SSD tier is off.
 func (s *snapshots) errOff() error {
-	return fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, s.tiers.errSSDOff())
+	return fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, s.tiers.ErrSSDOff())
 }
 
 // count is the number of indexed snapshots.
@@ -70,7 +71,7 @@ func (s *snapshots) count() int {
 
 // loadIndex reads every stored snapshot's tape for resume matching.
 func (s *snapshots) loadIndex(ctx context.Context) {
-	ssd := s.tiers.ssd
+	ssd := s.tiers.SSD()
 	if ssd == nil {
 		return
 	}
@@ -103,23 +104,23 @@ func (s *snapshots) loadIndex(ctx context.Context) {
 // the token-major rewrite and compression happen here, after the engine
 // is released; blobs the store already holds are not written again.
 func (s *snapshots) commit(ctx context.Context, c *snapCapture) (*pb.SnapshotReply, error) {
-	ssd := s.tiers.ssd
+	ssd := s.tiers.SSD()
 	start := time.Now()
 	before := ssd.Stats().WrittenBytes
 	newBlocks := 0
 	for _, p := range c.pending {
-		key := contentKey(c.snap.Compat, p.meta.Chain, p.meta.Pos0, p.parts...)
+		key := tiers.ContentKey(c.snap.Compat, p.meta.Chain, p.meta.Pos0, p.parts...)
 		c.snap.Blocks[p.idx].Key = key
-		wrote, err := s.tiers.store(ctx, key, p.meta, p.parts, false)
+		wrote, err := s.tiers.Store(ctx, key, p.meta, p.parts, false)
 		if err != nil {
-			return nil, ssdErr(err)
+			return nil, tiers.WireErr(err)
 		}
 		if wrote {
 			newBlocks++
 		}
 	}
 	if err := ssd.Flush(ctx); err != nil {
-		return nil, ssdErr(err)
+		return nil, tiers.WireErr(err)
 	}
 	if err := ssd.SaveSnapshot(ctx, c.snap); err != nil {
 		if errors.Is(err, coldstore.ErrMissingBlock) {
@@ -132,7 +133,7 @@ func (s *snapshots) commit(ctx context.Context, c *snapCapture) (*pb.SnapshotRep
 			}
 			return nil, fmt.Errorf("%w: snapshot %s not saved: %s (%w)", protocol.ErrResourceExhausted, c.snap.Name, cause, err)
 		}
-		return nil, ssdErr(err)
+		return nil, tiers.WireErr(err)
 	}
 	written := ssd.Stats().WrittenBytes - before
 	s.metrics.ObserveColdWrite(int(written), time.Since(start))
@@ -149,9 +150,9 @@ func (s *snapshots) commit(ctx context.Context, c *snapCapture) (*pb.SnapshotRep
 // model's SSD key prefix; modelLoaded false: no model).
 func (s *snapshots) load(ctx context.Context, name string, want coldstore.Compat, modelLoaded bool) (coldstore.Snapshot, snapMeta, error) {
 	var meta snapMeta
-	snap, err := s.tiers.ssd.LoadSnapshot(ctx, name)
+	snap, err := s.tiers.SSD().LoadSnapshot(ctx, name)
 	if err != nil {
-		return snap, meta, ssdErr(err)
+		return snap, meta, tiers.WireErr(err)
 	}
 	if err := json.Unmarshal(snap.Meta, &meta); err != nil || meta.Format != snapFormat {
 		return snap, meta, fmt.Errorf("%w: snapshot %s has unreadable metadata (format %d): %v", protocol.ErrIncompatible, name, meta.Format, err)
@@ -191,8 +192,8 @@ func (s *snapshots) entry(name string) *snapEntry {
 
 // delete removes snapshot name from the SSD tier and the index.
 func (s *snapshots) delete(ctx context.Context, name string) error {
-	if err := s.tiers.ssd.DeleteSnapshot(ctx, name); err != nil {
-		return ssdErr(err)
+	if err := s.tiers.SSD().DeleteSnapshot(ctx, name); err != nil {
+		return tiers.WireErr(err)
 	}
 	s.mu.Lock()
 	delete(s.index, name)

@@ -1,9 +1,13 @@
 package sidecar
 
-import "time"
+import (
+	"time"
 
-// Tracing markers. The tiers (tiers.go) run every fetch's phases through
-// beginPhase/end. Bringing a parked block back into the engine (a fetch)
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
+)
+
+// Tracing markers. The tiers (package tiers) run every fetch's phases
+// through their Observer, the metrics here (beginPhase/end). Bringing a parked block back into the engine (a fetch)
 // runs in phases; each phase is bracketed by two calls of empty marker
 // functions that eBPF uprobes attach to (tools/ctxtrace), and timed on the
 // Go side as well (ctxd_fetch_phase_seconds{phase}), which is what
@@ -29,28 +33,9 @@ import "time"
 //	2 decompress     decompressing a block read from the SSD tier
 //	3 engine_insert  inserting the KV into the engine (InsertRange)
 
-// fetchPhase numbers a phase of a block fetch; it is the marker's first
-// argument.
-type fetchPhase int
-
-const (
-	phaseArenaLookup  fetchPhase = 1
-	phaseDecompress   fetchPhase = 2
-	phaseEngineInsert fetchPhase = 3
-	phaseCount                   = 4 // one past the last phase
-)
-
-func (p fetchPhase) String() string {
-	switch p {
-	case phaseArenaLookup:
-		return "arena_lookup"
-	case phaseDecompress:
-		return "decompress"
-	case phaseEngineInsert:
-		return "engine_insert"
-	}
-	return "unknown"
-}
+// fetchPhase numbers a phase of a block fetch (tiers.Phase); it is the
+// marker's first argument.
+type fetchPhase = tiers.Phase
 
 // fetchPhaseBegin marks the start of a fetch phase for uprobes.
 //
@@ -80,6 +65,11 @@ func (m *metrics) beginPhase(p fetchPhase, block uint64) phaseTimer {
 func (t phaseTimer) end() time.Duration {
 	d := time.Since(t.start)
 	fetchPhaseEnd(t.phase, t.block)
-	t.m.FetchPhase(t.phase, d)
+	t.m.observePhase(t.phase, d)
 	return d
+}
+
+// FetchPhase marks the start of phase p of fetching block (tiers.Observer).
+func (m *metrics) FetchPhase(p tiers.Phase, block uint64) func() time.Duration {
+	return m.beginPhase(p, block).end
 }

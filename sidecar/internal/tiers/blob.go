@@ -1,4 +1,4 @@
-package sidecar
+package tiers
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd/coldstore"
-	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
@@ -29,23 +28,23 @@ import (
 //	zero padding          to a multiple of 8 bytes (keeps f16 planes aligned)
 //	the parts, in order
 //
-// decodeSSDBlob returns the engine's bytes of every part, concatenated, so
+// DecodeBlob returns the engine's bytes of every part, concatenated, so
 // a part's offset in the blob is its offset in the engine bytes.
-// encodeSSDBlob runs the rewrite; callers run it after the engine token is
+// EncodeBlob runs the rewrite; callers run it after the engine token is
 // released wherever they can (snapshots), so the token is held for memory
 // copies only.
 
-// ssdEnvelope starts every SSD-tier blob; its version is part of
-// ssdCompat's settings, so blobs of another layout never match a key.
+// envelope starts every SSD-tier blob; EnvelopeVersion is part of
+// Compat's settings, so blobs of another layout never match a key.
 const (
-	ssdEnvelope        = "ctxdkvE2"
-	ssdEnvelopeVersion = 2
-	partRewritten      = 1 << 31
+	envelope        = "ctxdkvE2"
+	EnvelopeVersion = 2
+	partRewritten   = 1 << 31
 )
 
-// encodeSSDBlob lays parts out for the SSD tier, rewriting each one
+// EncodeBlob lays parts out for the SSD tier, rewriting each one
 // token-major on its own when it has a transposed V.
-func encodeSSDBlob(parts [][]byte) []byte {
+func EncodeBlob(parts [][]byte) []byte {
 	head := 8 + 4 + 4*len(parts)
 	head = (head + 7) &^ 7
 	n := head
@@ -53,7 +52,7 @@ func encodeSSDBlob(parts [][]byte) []byte {
 		n += len(p)
 	}
 	out := make([]byte, head, n)
-	copy(out, ssdEnvelope)
+	copy(out, envelope)
 	binary.LittleEndian.PutUint32(out[8:], uint32(len(parts)))
 	for i, p := range parts {
 		tm, changed := llama.TokenMajor(p)
@@ -67,14 +66,14 @@ func encodeSSDBlob(parts [][]byte) []byte {
 	return out
 }
 
-// decodeSSDBlob restores the engine's bytes of a blob read from the SSD
+// DecodeBlob restores the engine's bytes of a blob read from the SSD
 // tier.
-func decodeSSDBlob(stored []byte) ([]byte, error) {
+func DecodeBlob(stored []byte) ([]byte, error) {
 	bad := func(format string, args ...any) ([]byte, error) {
 		return nil, fmt.Errorf("%w: SSD-tier blob: %s", protocol.ErrInternal, fmt.Sprintf(format, args...))
 	}
-	if len(stored) < 16 || string(stored[:8]) != ssdEnvelope {
-		return bad("no %s envelope in %d bytes", ssdEnvelope, len(stored))
+	if len(stored) < 16 || string(stored[:8]) != envelope {
+		return bad("no %s envelope in %d bytes", envelope, len(stored))
 	}
 	n := int(binary.LittleEndian.Uint32(stored[8:]))
 	head := (8 + 4 + 4*n + 7) &^ 7
@@ -107,25 +106,21 @@ func decodeSSDBlob(stored []byte) ([]byte, error) {
 	return out, nil
 }
 
-// ssdCompatOf is what a block saved for a model with these facts and KV
-// settings depends on: the SSD tier's key prefix.
-func ssdCompatOf(facts engine.Facts, kv policy.KVType, flashAttention bool) coldstore.Compat {
+// Compat is what a block saved for a model depends on (its digest, the KV
+// settings, the daemon's format version and the backend's settings): the
+// SSD tier's key prefix for that model.
+func Compat(modelDigest string, kv policy.KVType, flashAttention bool, formatVersion int, backend string) coldstore.Compat {
 	return coldstore.Compat{
-		ModelDigest: facts.Digest, KVType: kv.String(), FlashAttention: flashAttention, Unified: true,
-		Settings: strings.TrimSpace(fmt.Sprintf("format=%d envelope=%d %s", formatVersion, ssdEnvelopeVersion, backendSettings(facts.Placement))),
+		ModelDigest: modelDigest, KVType: kv.String(), FlashAttention: flashAttention, Unified: true,
+		Settings: strings.TrimSpace(fmt.Sprintf("format=%d envelope=%d %s", formatVersion, EnvelopeVersion, backend)),
 	}
 }
 
-// ssdCompat is the SSD tier's key prefix for the loaded model.
-func (srv *Server) ssdCompat() coldstore.Compat {
-	return ssdCompatOf(srv.slot.facts, srv.cfg.KVType, srv.cfg.FlashAttention)
-}
-
-// contentKey addresses a blob by its token chain, the position its KV was
+// ContentKey addresses a blob by its token chain, the position its KV was
 // extracted at and the engine bytes themselves (its parts, in order), so
 // equal keys mean equal bytes and a restore is bit-exact whatever computed
 // the block.
-func contentKey(c coldstore.Compat, chain [32]byte, pos0 int, parts ...[]byte) coldstore.Key {
+func ContentKey(c coldstore.Compat, chain [32]byte, pos0 int, parts ...[]byte) coldstore.Key {
 	h := sha256.New()
 	h.Write(chain[:])
 	var b [8]byte
@@ -139,16 +134,17 @@ func contentKey(c coldstore.Compat, chain [32]byte, pos0 int, parts ...[]byte) c
 	return coldstore.BlockKey(c, sum)
 }
 
-// elemBytes is the byte-plane stride for the KV type.
-func elemBytes(kv policy.KVType) int {
+// ElemBytes is the byte-plane stride for the KV type.
+func ElemBytes(kv policy.KVType) int {
 	if num, den := kv.BytesPerElement(); den == 1 && num > 0 {
 		return int(num)
 	}
 	return 1 // quantized rows: no split
 }
 
-// ssdErr maps coldstore errors onto protocol sentinels.
-func ssdErr(err error) error {
+// WireErr maps coldstore errors onto protocol sentinels, keeping the
+// cause.
+func WireErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
