@@ -27,7 +27,7 @@
 //     sessions; the slot (slot.go) the model and the engine; tiers
 //     (package tiers) every KV copy below the engine: the host-RAM arena, the
 //     SSD tier and the orphan tapes, with fetch tracing; snapshots
-//     (snapshots.go) the snapshot index and commits; each session's
+//     (package snapshot) the snapshot index and commits; each session's
 //     layout (layout.go) how its tape sits in the engine. Nothing else
 //     reaches shm or coldstore's blocks: the hot set parks, fetches,
 //     spills and drops through tiers.
@@ -48,7 +48,7 @@
 //   - Only peers with the server's uid (or a configured allow list) talk to
 //     it.
 //   - A snapshot is reported committed only after its blocks and its file
-//     are durably in the SSD tier (snapshots.go); capture holds the engine
+//     are durably in the SSD tier (package snapshot); capture holds the engine
 //     token for memory copies only, and the token-major rewrite, hashing
 //     and compression run in commit after it is released. How a blob's
 //     bytes were laid out is recorded once, in its envelope (tiers).
@@ -88,9 +88,10 @@
 //	tiers        package sidecar/internal/tiers (arena, SSD tier, orphan tapes,
 //	             the SSD blob envelope); trace.go (the fetch-phase markers
 //	             ctxtrace probes, fed by the tiers' Observer: the metrics)
-//	snapshots    snapformat.go (the format), snapcapture.go (capture under
-//	             the engine token), snapshots.go (the owner: index, commit,
-//	             load, prune), snaprestore.go (restore), snapresume.go
-//	             (cross-session resume), snapauto.go (automatic snapshots),
-//	             snaprpc.go (the snapshot calls)
+//	snapshots    package sidecar/internal/snapshot (the format, Capture, the
+//	             Store: index, commit, load, prune, automatic commits);
+//	             snapcapture.go (capture under the engine token),
+//	             snaprestore.go (restore), snapresume.go (cross-session
+//	             resume), snapauto.go (automatic snapshots), snaprpc.go (the
+//	             snapshot calls)
 package sidecar

@@ -6,6 +6,7 @@ import (
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -59,7 +60,7 @@ type layout interface {
 	// session's tape and returns the tokens and blocks it holds then.
 	adoptOrphan(i, upto int) (tokens, blocks int, err error)
 	// capture copies the session's KV out for a snapshot (snapcapture.go).
-	capture(c *snapCapture, meta *snapMeta) error
+	capture(c *snapshot.Capture, meta *snapshot.Meta) error
 	// restore rebuilds the session from a snapshot (snaprestore.go),
 	// bringing back at least the first upto tokens.
 	restore(ctx context.Context, r snapRestore, upto int) error

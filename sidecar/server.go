@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd/internal/privdir"
 	"github.com/ctxd/ctxd/protocol"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -37,8 +38,8 @@ type Server struct {
 	fence   atomic.Pointer[error] // set when the lease is lost
 	wg      sync.WaitGroup        // connections
 
-	tiers *tiers.Tiers // the arena and the SSD tier (package tiers)
-	snaps *snapshots   // the SSD tier's snapshots (snapshots.go)
+	tiers *tiers.Tiers    // the arena and the SSD tier (package tiers)
+	snaps *snapshot.Store // the SSD tier's snapshots (snapshots.go)
 }
 
 // New takes ownership of the data directory, opens the SSD tier, reads
@@ -60,9 +61,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	srv.metrics = newMetrics(srv.sessionCount)
 	srv.tiers = tiers.New(cfg.Logger, srv.metrics)
 	srv.slot = newSlot(cfg.Logger, srv.tiers)
-	srv.snaps = newSnapshots(cfg.Logger, srv.tiers, srv.metrics, cfg.AutoSnapshots)
+	srv.snaps = snapshot.New(cfg.Logger, srv.tiers, srv.metrics, cfg.AutoSnapshots)
 	srv.tiers.OpenSSD(ctx, cfg.ssdConfig())
-	srv.snaps.loadIndex(ctx)
+	srv.snaps.LoadIndex(ctx)
 	if cfg.ModelPath != "" {
 		if err := srv.loadLocked(ctx, cfg.ModelPath, cfg.ContextTokens); err != nil {
 			srv.tiers.Close(ctx)
@@ -219,7 +220,7 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 	}
 	if err == nil {
 		// Automatic snapshots of the sessions just closed finish first.
-		err = srv.snaps.wait(ctx)
+		err = srv.snaps.Wait(ctx)
 	}
 	srv.tiers.Close(ctx)
 	if err == nil {

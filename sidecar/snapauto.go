@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 	"strings"
 	"time"
 )
@@ -11,9 +12,6 @@ import (
 // saved when it closes and when it has been idle for Config.IdleSnapshot;
 // the newest Config.AutoSnapshots of them are kept. The capture runs under
 // the slot token, the commit in the background.
-
-// autoPrefix starts every automatic snapshot's name.
-const autoPrefix = "auto-"
 
 // autoName is the name of a session's automatic snapshot.
 func autoName(sess *session) string {
@@ -26,9 +24,9 @@ func autoName(sess *session) string {
 				b.WriteByte('_')
 			}
 		}
-		return clipString(autoPrefix+b.String(), 128)
+		return clipString(snapshot.AutoPrefix+b.String(), 128)
 	}
-	return fmt.Sprintf("%s%d-s%d", autoPrefix, time.Now().UnixMilli(), sess.id)
+	return fmt.Sprintf("%s%d-s%d", snapshot.AutoPrefix, time.Now().UnixMilli(), sess.id)
 }
 
 // autoSnapshot captures sess for an automatic snapshot when it changed
@@ -36,7 +34,7 @@ func autoName(sess *session) string {
 // holds the slot token.
 func (srv *Server) autoSnapshot(sess *session, why string) {
 	ssd := srv.tiers.SSD()
-	if ssd == nil || ssd.Err() != nil || sess.closed || sess.ephemeral || len(sess.tape) < minAutoSnapshotTokens || sess.version == sess.savedVersion {
+	if ssd == nil || ssd.Err() != nil || sess.closed || sess.ephemeral || len(sess.tape) < snapshot.MinAutoTokens || sess.version == sess.savedVersion {
 		return
 	}
 	if err := srv.slot.makeResident(sess); err != nil {
@@ -48,26 +46,13 @@ func (srv *Server) autoSnapshot(sess *session, why string) {
 		return
 	}
 	sess.savedVersion = sess.version
-	s := srv.snaps
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		rep, err := s.commit(ctx, c)
-		if err != nil {
-			s.log.Warn("automatic snapshot failed; the session's state stays in memory only", "name", c.snap.Name, "why", why, "err", err)
-			return
-		}
-		s.log.Info("automatic snapshot", "name", rep.Name, "why", why, "tokens", rep.Tokens, "new_blocks", rep.NewBlocks, "ms", rep.ElapsedUs/1000)
-		s.pruneAuto(ctx)
-	}()
+	srv.snaps.CommitInBackground(c, why)
 }
 
 // idleSnapshots saves sessions idle for IdleSnapshot until ctx ends.
 func (srv *Server) idleSnapshots(ctx context.Context) {
 	idle := srv.cfg.IdleSnapshot
-	if !srv.snaps.on() || idle <= 0 {
+	if !srv.snaps.On() || idle <= 0 {
 		return
 	}
 	t := time.NewTicker(max(idle/4, 100*time.Millisecond))

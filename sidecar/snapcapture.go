@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -13,105 +12,71 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/shm"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
-// Capture: a session's state copied out under the slot token. Only
-// memory copies happen here; the rewrite for compression, hashing and the
-// writes wait for commit (snapshots.go), after the engine is released.
-
-// pendingBlob is a blob a snapshot needs that the store may not hold yet:
-// one or more engine blobs, laid out by commit (ssdblob.go).
-type pendingBlob struct {
-	idx   int // its entry in snap.Blocks, whose key commit fills in
-	meta  coldstore.BlockMeta
-	parts [][]byte
-}
-
-// snapCapture is a session's state copied out under the slot token.
-type snapCapture struct {
-	snap      coldstore.Snapshot
-	pending   []pendingBlob
-	tape      []engine.Token
-	mode      string
-	raw       int64
-	elemBytes int
-}
-
-// add appends a blob of parts and returns its index in snap.Blocks.
-func (c *snapCapture) add(meta coldstore.BlockMeta, parts ...[]byte) int {
-	meta.ElemBytes = c.elemBytes
-	c.snap.Blocks = append(c.snap.Blocks, coldstore.SnapshotBlock{Tokens: len(meta.Tokens)})
-	for _, p := range parts {
-		c.raw += int64(len(p))
-	}
-	c.pending = append(c.pending, pendingBlob{idx: len(c.snap.Blocks) - 1, meta: meta, parts: parts})
-	return len(c.snap.Blocks) - 1
-}
-
-// addStored adds a blob the store already holds (a spill) by its key.
-func (c *snapCapture) addStored(key coldstore.Key, tokens int) int {
-	c.snap.Blocks = append(c.snap.Blocks, coldstore.SnapshotBlock{Key: key, Tokens: tokens})
-	return len(c.snap.Blocks) - 1
-}
+// Capture: a session's state copied out under the slot token into a
+// snapshot.Capture. Only memory copies happen here; the rewrite for
+// compression, hashing and the writes wait for snapshot.Store.Commit,
+// after the engine is released.
 
 // capture copies sess out. The caller holds the slot token and sess is
 // resident.
-func (srv *Server) capture(sess *session, name string) (*snapCapture, error) {
+func (srv *Server) capture(sess *session, name string) (*snapshot.Capture, error) {
 	tape := append([]engine.Token(nil), sess.tape...)
-	c := &snapCapture{snap: coldstore.Snapshot{Name: name, Created: time.Now(), Compat: srv.ssdCompat()}, tape: tape,
-		elemBytes: tiers.ElemBytes(srv.cfg.KVType)}
-	meta := snapMeta{Format: snapFormat, Session: sess.name, Tape: encodeTape(tape), Mode: sess.layout.mode()}
+	c := snapshot.NewCapture(name, srv.ssdCompat(), tape, tiers.ElemBytes(srv.cfg.KVType))
+	meta := snapshot.Meta{Format: snapshot.Format, Session: sess.name, Tape: snapshot.EncodeTape(tape), Mode: sess.layout.mode()}
 	if sess.manifest != nil {
 		meta.Template = sess.manifest.Template
 		m, err := proto.Marshal(protocol.ManifestToWire(*sess.manifest))
 		if err != nil {
 			return nil, fmt.Errorf("%w: encoding the manifest: %w", protocol.ErrInternal, err)
 		}
-		c.snap.Manifest = m
+		c.Snap.Manifest = m
 	}
 	for _, sp := range sess.spans {
-		meta.Spans = append(meta.Spans, snapSpan{Seg: sp.seg, Start: sp.start, End: sp.end, Generated: sp.generated})
+		meta.Spans = append(meta.Spans, snapshot.Span{Seg: sp.seg, Start: sp.start, End: sp.end, Generated: sp.generated})
 	}
 	if err := sess.layout.capture(c, &meta); err != nil {
 		return nil, err
 	}
-	c.mode = meta.Mode
+	c.Mode = meta.Mode
 	mb, err := json.Marshal(meta)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding snapshot metadata: %w", protocol.ErrInternal, err)
 	}
-	c.snap.Meta = mb
+	c.Snap.Meta = mb
 	// The saved state continues from recomputed logits, as a restore does,
 	// so the two continue identically.
 	sess.logitsAt = -1
 	return c, nil
 }
 
-// capture cuts the tape into blocks of denseBlockTokens.
-func (d *denseLayout) capture(c *snapCapture, _ *snapMeta) error {
-	tape := c.tape
+// capture cuts the tape into blocks of snapshot.DenseBlockTokens.
+func (d *denseLayout) capture(c *snapshot.Capture, _ *snapshot.Meta) error {
+	tape := c.Tape
 	var prev shm.Hash
-	for p0 := 0; p0 < len(tape); p0 += denseBlockTokens {
-		p1 := min(p0+denseBlockTokens, len(tape))
+	for p0 := 0; p0 < len(tape); p0 += snapshot.DenseBlockTokens {
+		p1 := min(p0+snapshot.DenseBlockTokens, len(tape))
 		r, err := d.env.ectx.ExtractRange(p0, p1)
 		if err != nil {
 			return engineErr(err)
 		}
 		chain := shm.ChainHash(prev, tape[p0:p1])
 		prev = chain
-		c.add(coldstore.BlockMeta{Chain: chain, Tokens: tape[p0:p1], Pos0: p0}, r.Blob)
+		c.Add(coldstore.BlockMeta{Chain: chain, Tokens: tape[p0:p1], Pos0: p0}, r.Blob)
 	}
 	return nil
 }
 
 // capture saves every block (parked ones in extents, spilled ones by
 // their SSD key) and an image of what the engine holds.
-func (h *hotSet) capture(c *snapCapture, meta *snapMeta) error {
-	hc, tape := h.env.hot, c.tape
-	sh := &snapHot{Limit: hc.limit, Window: hc.window, Block: hc.block, Sinks: hc.sinks,
+func (h *hotSet) capture(c *snapshot.Capture, meta *snapshot.Meta) error {
+	hc, tape := h.env.hot, c.Tape
+	sh := &snapshot.Hot{Limit: hc.limit, Window: hc.window, Block: hc.block, Sinks: hc.sinks,
 		TailV: h.tailV, TailP: h.tailP, Turn: h.turn, Evictions: h.evictions, Admissions: h.admissions}
-	// Parked blocks are saved in extents of up to extentBlocks blocks
+	// Parked blocks are saved in extents of up to snapshot.ExtentBlocks blocks
 	// (grouped by sequence number, so unchanged extents are shared
 	// between snapshots): zstd finds more to share in larger inputs.
 	type extent struct {
@@ -126,20 +91,20 @@ func (h *hotSet) capture(c *snapCapture, meta *snapMeta) error {
 		if len(ext.members) == 0 {
 			return
 		}
-		idx := c.add(coldstore.BlockMeta{Chain: ext.chain, Tokens: ext.toks, Pos0: ext.pos0}, ext.parts...)
+		idx := c.Add(coldstore.BlockMeta{Chain: ext.chain, Tokens: ext.toks, Pos0: ext.pos0}, ext.parts...)
 		for _, i := range ext.members {
 			sh.Blocks[i].KV = idx
 		}
 		ext = extent{}
 	}
 	for _, b := range h.blocks {
-		sb := snapBlock{VStart: b.vstart, N: b.n, Class: b.class, Kind: b.kind, SegID: b.segID, Pinned: b.pinned,
+		sb := snapshot.Block{VStart: b.vstart, N: b.n, Class: b.class, Kind: b.kind, SegID: b.segID, Pinned: b.pinned,
 			Chain: b.chain, Hot: b.res.inEngine(), PStart: b.pstart, Pos0: b.pos0, KV: -1, Len: -1, LastUsed: b.lastUsed,
 			Score: b.score, Reason: b.reason, Retrieved: b.retrieved}
 		toks := tape[b.vstart : b.vstart+b.n]
 		switch b.res.copyTier() {
 		case tiers.Arena:
-			if len(ext.members) > 0 && b.seq/extentBlocks != ext.group {
+			if len(ext.members) > 0 && b.seq/snapshot.ExtentBlocks != ext.group {
 				flush()
 			}
 			kv, err := h.env.tiers.CopyParked(b.id)
@@ -149,7 +114,7 @@ func (h *hotSet) capture(c *snapCapture, meta *snapMeta) error {
 				break
 			}
 			if len(ext.members) == 0 {
-				ext.group, ext.pos0 = b.seq/extentBlocks, b.pos0
+				ext.group, ext.pos0 = b.seq/snapshot.ExtentBlocks, b.pos0
 			}
 			sb.Off, sb.Len = ext.size, len(kv)
 			ext.size += len(kv)
@@ -158,7 +123,7 @@ func (h *hotSet) capture(c *snapCapture, meta *snapMeta) error {
 			ext.toks = append(ext.toks, toks...)
 			ext.members = append(ext.members, len(sh.Blocks))
 		case tiers.SSD:
-			sb.KV = c.addStored(b.ssdKey, len(toks))
+			sb.KV = c.AddStored(b.ssdKey, len(toks))
 		}
 		sh.Blocks = append(sh.Blocks, sb)
 	}
@@ -188,8 +153,8 @@ func (h *hotSet) capture(c *snapCapture, meta *snapMeta) error {
 		if err != nil {
 			return engineErr(err)
 		}
-		idx := c.add(coldstore.BlockMeta{Chain: r.chain, Tokens: r.toks, Pos0: r.p}, x.Blob)
-		sh.Image = append(sh.Image, snapRange{PStart: r.p, N: r.n, KV: idx})
+		idx := c.Add(coldstore.BlockMeta{Chain: r.chain, Tokens: r.toks, Pos0: r.p}, x.Blob)
+		sh.Image = append(sh.Image, snapshot.Range{PStart: r.p, N: r.n, KV: idx})
 	}
 	meta.Hot = sh
 	return nil
@@ -199,7 +164,7 @@ func (h *hotSet) capture(c *snapCapture, meta *snapMeta) error {
 // it. Session state changes only under the slot token, so a call in
 // flight on the session is simply waited for (it holds the token for its
 // whole run) and the capture sees the state between two calls.
-func (srv *Server) captureSession(ctx context.Context, sess *session, name string) (*snapCapture, error) {
+func (srv *Server) captureSession(ctx context.Context, sess *session, name string) (*snapshot.Capture, error) {
 	if err := srv.slot.acquire(ctx); err != nil {
 		return nil, fmt.Errorf("%w: waiting for the engine: %w", protocol.ErrCancelled, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -22,7 +23,7 @@ import (
 // snapRestore is a snapshot being restored.
 type snapRestore struct {
 	snap  coldstore.Snapshot
-	meta  snapMeta
+	meta  snapshot.Meta
 	tape  []engine.Token
 	spans []span
 	rep   *pb.RestoreReport
@@ -31,7 +32,7 @@ type snapRestore struct {
 // restoreInto replaces sess's state with the snapshot's, bringing back at
 // least the first upto tokens. The caller holds the slot token and sess is
 // resident.
-func (srv *Server) restoreInto(ctx context.Context, sess *session, snap coldstore.Snapshot, meta snapMeta, tape []engine.Token, upto int) (*pb.RestoreReport, error) {
+func (srv *Server) restoreInto(ctx context.Context, sess *session, snap coldstore.Snapshot, meta snapshot.Meta, tape []engine.Token, upto int) (*pb.RestoreReport, error) {
 	start := time.Now()
 	if mode := sess.layout.mode(); meta.Mode != mode {
 		return nil, fmt.Errorf("%w: snapshot %s holds a %s session; this server runs %s sessions", protocol.ErrIncompatible, snap.Name, meta.Mode, mode)
@@ -125,7 +126,7 @@ func (d *denseLayout) restore(ctx context.Context, r snapRestore, upto int) erro
 			return err
 		}
 		rep.RecomputedTokens = int64(upto - pos)
-		rep.RecomputedBlocks = int64((upto - pos + denseBlockTokens - 1) / denseBlockTokens)
+		rep.RecomputedBlocks = int64((upto - pos + snapshot.DenseBlockTokens - 1) / snapshot.DenseBlockTokens)
 	}
 	sess.spans = clipSpans(r.spans, len(sess.tape))
 	return nil

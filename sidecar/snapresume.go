@@ -6,6 +6,7 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 )
 
 // Cross-session resume: an empty session whose prompt starts like an
@@ -24,12 +25,12 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 	}
 	// policy.ChooseResume picks the source; resume stops at target's own
 	// tokens (choice.Tokens), whatever the source holds past them.
-	in := policy.ResumeInput{TargetTokens: len(target), MinTokens: minAutoSnapshotTokens, Arena: sess.layout.orphanPrefixes(target)}
-	var snaps []*snapEntry
-	if srv.snaps.on() {
-		snaps = srv.snaps.candidates(srv.ssdCompat(), sess.layout.mode())
+	in := policy.ResumeInput{TargetTokens: len(target), MinTokens: snapshot.MinAutoTokens, Arena: sess.layout.orphanPrefixes(target)}
+	var snaps []*snapshot.Entry
+	if srv.snaps.On() {
+		snaps = srv.snaps.Candidates(srv.ssdCompat(), sess.layout.mode())
 		for _, e := range snaps {
-			in.Snapshots = append(in.Snapshots, policy.ResumeCandidate{CommonTokens: commonPrefix(e.tape, target), Created: e.created.UnixNano()})
+			in.Snapshots = append(in.Snapshots, policy.ResumeCandidate{CommonTokens: commonPrefix(e.Tape, target), Created: e.Created.UnixNano()})
 		}
 	}
 	choice := policy.ChooseResume(in)
@@ -54,12 +55,12 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 		return "", 0
 	}
 	best, bestN := snaps[choice.Index], choice.Tokens
-	snap, meta, err := srv.snaps.load(ctx, best.name, srv.ssdCompat(), srv.slot.model != nil)
+	snap, meta, err := srv.snaps.Load(ctx, best.Name, srv.ssdCompat(), srv.slot.model != nil)
 	if err != nil {
-		srv.log.Warn("resume: snapshot unusable", "name", best.name, "err", err)
+		srv.log.Warn("resume: snapshot unusable", "name", best.Name, "err", err)
 		return "", 0
 	}
-	tape, err := decodeTape(meta.Tape)
+	tape, err := snapshot.DecodeTape(meta.Tape)
 	if err != nil {
 		return "", 0
 	}
@@ -71,13 +72,13 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 		rep.Tokens = int64(len(sess.tape))
 	}
 	if err != nil {
-		srv.log.Warn("resume failed; prefilling instead", "name", best.name, "err", err)
+		srv.log.Warn("resume failed; prefilling instead", "name", best.Name, "err", err)
 		srv.clearOrReset(sess)
 		return "", 0
 	}
 	rep.Automatic = true
-	srv.log.Info("session resumed from snapshot", "session", sess.id, "snapshot", best.name, "common_tokens", bestN, "restored_tokens", rep.RestoredTokens, "ms", rep.ElapsedUs/1000)
-	return best.name, min(bestN, len(sess.tape))
+	srv.log.Info("session resumed from snapshot", "session", sess.id, "snapshot", best.Name, "common_tokens", bestN, "restored_tokens", rep.RestoredTokens, "ms", rep.ElapsedUs/1000)
+	return best.Name, min(bestN, len(sess.tape))
 }
 
 // clearOrReset clears sess after a failed resume; a failure to clear is

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -21,8 +22,8 @@ func validSnapName(s string) bool { return snapNameRE.MatchString(s) && s != "."
 // Session 0 names the most recently used session; any allowed peer may
 // snapshot any session (nothing in it changes).
 func (srv *Server) snapshot(ctx context.Context, r *pb.SnapshotRequest) (*pb.SnapshotReply, error) {
-	if !srv.snaps.on() {
-		return nil, srv.snaps.errOff()
+	if !srv.snaps.On() {
+		return nil, srv.snaps.ErrOff()
 	}
 	if !validSnapName(r.GetName()) {
 		return nil, fmt.Errorf("%w: snapshot name %q: use 1-128 of A-Z a-z 0-9 . _ -", protocol.ErrInvalidArgument, r.GetName())
@@ -35,7 +36,7 @@ func (srv *Server) snapshot(ctx context.Context, r *pb.SnapshotRequest) (*pb.Sna
 	if err != nil {
 		return nil, err
 	}
-	rep, err := srv.snaps.commit(ctx, c)
+	rep, err := srv.snaps.Commit(ctx, c)
 	if err != nil {
 		return nil, err
 	}
@@ -47,18 +48,18 @@ func (srv *Server) snapshot(ctx context.Context, r *pb.SnapshotRequest) (*pb.Sna
 // restore serves RestoreRequest: the caller's session takes the
 // snapshot's state.
 func (srv *Server) restore(ctx context.Context, connID uint64, r *pb.RestoreRequest) (*pb.RestoreReply, error) {
-	if !srv.snaps.on() {
-		return nil, srv.snaps.errOff()
+	if !srv.snaps.On() {
+		return nil, srv.snaps.ErrOff()
 	}
 	// Read before taking the engine: the published view names the model.
 	v := srv.slot.view.Load()
-	snap, meta, err := srv.snaps.load(ctx, r.GetName(), v.compat, v.model != nil)
+	snap, meta, err := srv.snaps.Load(ctx, r.GetName(), v.compat, v.model != nil)
 	if err != nil {
 		return nil, err
 	}
 	var rep *pb.RestoreReport
 	err = srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
-		tape, err := decodeTape(meta.Tape)
+		tape, err := snapshot.DecodeTape(meta.Tape)
 		if err != nil {
 			return fmt.Errorf("%w: snapshot %s: %w", protocol.ErrInternal, snap.Name, err)
 		}
@@ -74,7 +75,7 @@ func (srv *Server) restore(ctx context.Context, connID uint64, r *pb.RestoreRequ
 
 // listSnapshots serves ListSnapshotsRequest; it never waits for the engine.
 func (srv *Server) listSnapshots(ctx context.Context) (*pb.ListSnapshotsReply, error) {
-	if !srv.snaps.on() {
+	if !srv.snaps.On() {
 		return &pb.ListSnapshotsReply{Cold: srv.ssdStatus()}, nil
 	}
 	infos, err := srv.tiers.SSD().Snapshots(ctx)
@@ -86,9 +87,9 @@ func (srv *Server) listSnapshots(ctx context.Context) (*pb.ListSnapshotsReply, e
 	for _, in := range infos {
 		si := &pb.SnapshotInfo{Name: in.Name, CreatedUnixMs: in.Created.UnixMilli(), Tokens: int64(in.Tokens), Blocks: int32(in.Blocks),
 			Bytes: in.Bytes, ModelDigest: in.Compat.ModelDigest, KvType: in.Compat.KVType, Compatible: in.Compat == compat}
-		if e := srv.snaps.entry(in.Name); e != nil {
-			si.Mode = e.mode
-			si.Tokens = int64(len(e.tape))
+		if e := srv.snaps.Entry(in.Name); e != nil {
+			si.Mode = e.Mode
+			si.Tokens = int64(len(e.Tape))
 		}
 		rep.Snapshots = append(rep.Snapshots, si)
 	}
@@ -97,8 +98,8 @@ func (srv *Server) listSnapshots(ctx context.Context) (*pb.ListSnapshotsReply, e
 
 // verifyCold serves VerifyColdRequest.
 func (srv *Server) verifyCold(ctx context.Context) (*pb.VerifyColdReply, error) {
-	if !srv.snaps.on() {
-		return nil, srv.snaps.errOff()
+	if !srv.snaps.On() {
+		return nil, srv.snaps.ErrOff()
 	}
 	ssd := srv.tiers.SSD()
 	probs, err := ssd.Verify(ctx)
@@ -106,7 +107,7 @@ func (srv *Server) verifyCold(ctx context.Context) (*pb.VerifyColdReply, error) 
 		return nil, tiers.WireErr(err)
 	}
 	st := ssd.Stats()
-	rep := &pb.VerifyColdReply{BlocksChecked: int64(st.Blocks), SnapshotsChecked: int32(srv.snaps.count())}
+	rep := &pb.VerifyColdReply{BlocksChecked: int64(st.Blocks), SnapshotsChecked: int32(srv.snaps.Count())}
 	for _, p := range probs {
 		e := ""
 		if p.Err != nil {
@@ -119,11 +120,11 @@ func (srv *Server) verifyCold(ctx context.Context) (*pb.VerifyColdReply, error) 
 
 // deleteSnapshot serves DeleteSnapshotRequest.
 func (srv *Server) deleteSnapshot(ctx context.Context, name string) error {
-	if !srv.snaps.on() {
-		return srv.snaps.errOff()
+	if !srv.snaps.On() {
+		return srv.snaps.ErrOff()
 	}
-	return srv.snaps.delete(ctx, name)
+	return srv.snaps.Delete(ctx, name)
 }
 
 // ssdStatus reports the SSD tier and the snapshots it holds.
-func (srv *Server) ssdStatus() *pb.ColdStatus { return srv.tiers.Status(srv.snaps.count()) }
+func (srv *Server) ssdStatus() *pb.ColdStatus { return srv.tiers.Status(srv.snaps.Count()) }
