@@ -14,6 +14,7 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -139,10 +140,10 @@ func (srv *Server) withSession(ctx context.Context, connID, id uint64, f func(*s
 	return f(sess)
 }
 
-func prefixReply(r syncResult, start time.Time) *pb.PrefixReply {
+func prefixReply(r layout.SyncResult, start time.Time) *pb.PrefixReply {
 	return &pb.PrefixReply{
-		PromptTokens: int64(r.promptTokens), ReusableTokens: int64(r.reusable), ReusedTokens: int64(r.reused),
-		PrefilledTokens: int64(r.prefilled), DroppedTokens: int64(r.dropped), ElapsedUs: time.Since(start).Microseconds(),
+		PromptTokens: int64(r.PromptTokens), ReusableTokens: int64(r.Reusable), ReusedTokens: int64(r.Reused),
+		PrefilledTokens: int64(r.Prefilled), DroppedTokens: int64(r.Dropped), ElapsedUs: time.Since(start).Microseconds(),
 	}
 }
 
@@ -155,7 +156,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 	if !knownTemplate(m.Template) {
 		return nil, fmt.Errorf("%w: unknown prompt template %q (known: plain, and %s<name> for texts a client rendered)", protocol.ErrInvalidManifest, m.Template, renderedPrefix)
 	}
-	var res syncResult
+	var res layout.SyncResult
 	var resumed string
 	var resumedTokens int
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
@@ -168,12 +169,12 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if err != nil {
 			return err
 		}
-		if len(sess.tape) == 0 {
+		if len(sess.Tokens) == 0 {
 			// Cross-session resume: an empty session whose prompt starts
 			// like a stored snapshot takes its KV instead of prefilling.
-			resumed, resumedTokens = srv.resume(ctx, sess, target.tokens)
+			resumed, resumedTokens = srv.resume(ctx, sess, target.Tokens)
 		}
-		res, err = sess.layout.sync(ctx, target, false, true, false)
+		res, err = sess.layout.Sync(ctx, target, false, true, false)
 		if errors.Is(err, protocol.ErrContextOverflow) {
 			return err // nothing was touched
 		}
@@ -197,7 +198,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		extra[i] = protocol.SegmentFromWire(w)
 		extra[i].Stable = false
 	}
-	var res syncResult
+	var res layout.SyncResult
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
 		if sess.manifest == nil {
 			return fmt.Errorf("%w: prefill_suffix before ensure_prefix", protocol.ErrInvalidArgument)
@@ -210,16 +211,16 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		if err != nil {
 			return err
 		}
-		suffix, err := srv.tokenizeSegments(sess, all.Suffix(), false, len(stable.tokens))
+		suffix, err := srv.tokenizeSegments(sess, all.Suffix(), false, len(stable.Tokens))
 		if err != nil {
 			return err
 		}
-		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...), turn: len(stable.tokens)}
-		res, err = sess.layout.sync(ctx, target, true, false, true)
+		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens)}
+		res, err = sess.layout.Sync(ctx, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
-		base := len(stable.tokens)
-		res.reusable = max(0, res.reusable-base)
-		res.reused = max(0, res.reused-base)
+		base := len(stable.Tokens)
+		res.Reusable = max(0, res.Reusable-base)
+		res.Reused = max(0, res.Reused-base)
 		return err
 	})
 	if err != nil {
@@ -253,10 +254,10 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 	var out textOut
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
 		ectx := srv.slot.ectx
-		if len(sess.tape) == 0 {
+		if len(sess.Tokens) == 0 {
 			return fmt.Errorf("%w: decode on an empty session", protocol.ErrInvalidArgument)
 		}
-		if sess.logitsAt != len(sess.tape) || ectx.Logits() == nil {
+		if sess.LogitsAt != len(sess.Tokens) || ectx.Logits() == nil {
 			// Logits were lost (parked, or nothing prefilled).
 			if err := sess.refreshLogits(ctx); err != nil {
 				return err
@@ -267,16 +268,16 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			return fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 		}
 		defer smp.Close()
-		genStart := len(sess.tape)
-		sess.spans = append(sess.spans, span{seg: policy.Segment{ID: "<generated>", Kind: policy.KindUserTurn, Class: policy.ClassVolatile}, start: genStart, end: genStart, generated: true})
+		genStart := len(sess.Tokens)
+		sess.Spans = append(sess.Spans, layout.Span{Seg: policy.Segment{ID: "<generated>", Kind: policy.KindUserTurn, Class: policy.ClassVolatile}, Start: genStart, End: genStart, Generated: true})
 		defer func() {
-			if len(sess.tape) == genStart {
-				sess.spans = sess.spans[:len(sess.spans)-1]
+			if len(sess.Tokens) == genStart {
+				sess.Spans = sess.Spans[:len(sess.Spans)-1]
 			} else {
-				sess.spans[len(sess.spans)-1].end = len(sess.tape)
+				sess.Spans[len(sess.Spans)-1].End = len(sess.Tokens)
 			}
 			// The turn has ended: invalidate_on_turn segments expire.
-			sess.expireFrom = turnCut(sess.spans)
+			sess.ExpireFrom = turnCut(sess.Spans)
 		}()
 		limit := srv.slot.sessionTokens()
 		for i := 0; ; i++ {
@@ -290,11 +291,11 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			}
 			if i > 0 {
 				// Between tokens other sessions' calls get their turns.
-				sess.spans[len(sess.spans)-1].end = len(sess.tape)
+				sess.Spans[len(sess.Spans)-1].End = len(sess.Tokens)
 				if err := srv.yield(sess); err != nil {
 					return err
 				}
-				if sess.logitsAt != len(sess.tape) {
+				if sess.LogitsAt != len(sess.Tokens) {
 					if err := sess.refreshLogits(ctx); err != nil {
 						if ctx.Err() != nil {
 							reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
@@ -335,11 +336,11 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 				}
 			}
 			reply.Tokens++
-			if len(sess.tape) >= limit {
+			if len(sess.Tokens) >= limit {
 				reply.Reason = pb.StopReason_STOP_REASON_CONTEXT_FULL
 				break
 			}
-			if err := sess.layout.appendTokens(ctx, []engine.Token{tok}); err != nil {
+			if err := sess.layout.AppendTokens(ctx, []engine.Token{tok}); err != nil {
 				if ctx.Err() != nil {
 					reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
 					return nil
@@ -448,7 +449,7 @@ func (srv *Server) dropSession(ctx context.Context, sess *session) error {
 	sess.closed = true
 	if srv.slot.model != nil {
 		// Its parked blocks stay for a later session to resume.
-		sess.layout.release(!sess.ephemeral)
+		sess.layout.Release(!sess.ephemeral)
 		srv.slot.forget(sess)
 	}
 	srv.slot.holders--

@@ -28,12 +28,12 @@
 //     (package tiers) every KV copy below the engine: the host-RAM arena, the
 //     SSD tier and the orphan tapes, with fetch tracing; snapshots
 //     (package snapshot) the snapshot index and commits; each session's
-//     layout (layout.go) how its tape sits in the engine. Nothing else
+//     layout (package layout) how its tape sits in the engine. Nothing else
 //     reaches shm or coldstore's blocks: the hot set parks, fetches,
 //     spills and drops through tiers.
 //   - A session's tape mirrors its KV exactly, and its layout keeps it so.
-//     Dense (dense.go): token i of the tape sits at position i of
-//     sequence 0 whenever the session is resident. Hot set (hot.go): the
+//     Dense: token i of the tape sits at position i of sequence 0
+//     whenever the session is resident. Hot set: the
 //     tape is cut into blocks, each either in the engine at a recorded
 //     position below the window or parked below it, and the engine's
 //     ranges tile [0, end) of sequence 0. A "v" coordinate (vstart,
@@ -64,34 +64,36 @@
 //     (disk full, I/O errors) sessions keep running on host RAM and Status,
 //     Explain and the logs say why.
 //
-// Files, by owner:
+// Packages and files, by owner (inner packages never import this one;
+// internal/layering checks the import rules):
 //
-//	shell        server.go (Server: start-up, listening, shutdown), config.go
-//	             (Config and its validation), conn.go (one client connection),
-//	             handler.go (the calls and their streamed events), calls.go
-//	             (the session calls: open, ensure_prefix, prefill_suffix,
-//	             decode, close), invalidate.go (invalidation hints),
-//	             explain.go (ExplainContext), view.go (published views read
-//	             without the engine), summary.go, metrics.go (the Prometheus
-//	             registry), progress.go, inprocess.go and private.go (a daemon
-//	             served inside another program), owner.go (the single-owner
-//	             lease)
-//	slot         slot.go (the model slot), turns.go (the engine token, handed
-//	             out fairly), device.go (where a model is loaded), memory.go
-//	             (MemAvailable), figures.go (throughputs measured at load)
-//	session      session.go (a session and its tape), tokenize.go (segments
-//	             to tokens), text.go (generated text as valid UTF-8)
-//	layout       layout.go (the interface), dense.go, hot.go (the hot set:
-//	             residency, sealing, eviction, compaction, admission),
-//	             retrieval.go (retrieval reports for explain), orphan.go
-//	             (adopting parked blocks of gone sessions)
-//	tiers        package sidecar/internal/tiers (arena, SSD tier, orphan tapes,
-//	             the SSD blob envelope); trace.go (the fetch-phase markers
-//	             ctxtrace probes, fed by the tiers' Observer: the metrics)
-//	snapshots    package sidecar/internal/snapshot (the format, Capture, the
-//	             Store: index, commit, load, prune, automatic commits);
-//	             snapcapture.go (capture under the engine token),
-//	             snaprestore.go (restore), snapresume.go (cross-session
-//	             resume), snapauto.go (automatic snapshots), snaprpc.go (the
-//	             snapshot calls)
+//	shell      server.go (Server: start-up, listening, shutdown), config.go
+//	           (Config and its validation), conn.go (one client connection),
+//	           handler.go (the calls and their streamed events), calls.go
+//	           (the session calls: open, ensure_prefix, prefill_suffix,
+//	           decode, close), invalidate.go (invalidation hints),
+//	           explain.go (ExplainContext), view.go (published views read
+//	           without the engine), summary.go, metrics.go (the Prometheus
+//	           registry; the inner packages' Observer and Counters),
+//	           trace.go (the fetch-phase markers ctxtrace probes),
+//	           progress.go, inprocess.go and private.go (a daemon served
+//	           inside another program), owner.go (the single-owner lease)
+//	slot       slot.go (the model slot), turns.go (the engine token, handed
+//	           out fairly), device.go (where a model is loaded), memory.go
+//	           (MemAvailable), figures.go (throughputs measured at load)
+//	session    session.go (a session: its layout.Tape and layout.Layout),
+//	           layouts.go (a new session's layout and its Env), tokenize.go
+//	           (segments to tokens), text.go (generated text as valid UTF-8),
+//	           retrieval.go (SetScorers)
+//	layout     package sidecar/internal/layout: the tape, the dense layout
+//	           and the hot set (residency, sealing, eviction, admission,
+//	           adoption, snapshot capture and restore of each layout)
+//	tiers      package sidecar/internal/tiers: arena, SSD tier, orphan
+//	           tapes, the SSD blob envelope
+//	snapshots  package sidecar/internal/snapshot: the format, Capture, the
+//	           Store (index, commit, load, prune, automatic commits);
+//	           snapcapture.go (capture under the engine token),
+//	           snaprestore.go (restore), snapresume.go (cross-session
+//	           resume), snapauto.go (automatic snapshots), snaprpc.go (the
+//	           snapshot calls)
 package sidecar

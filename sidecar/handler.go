@@ -169,9 +169,9 @@ func capacityToWire(c policy.Capacity) *pb.Capacity {
 // capacityReply adds the hot-set figures of the loaded model.
 func (srv *Server) capacityReply() *pb.Capacity {
 	c := capacityToWire(srv.slot.capacity)
-	if hc := srv.slot.hot; hc.budget > 0 {
-		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.limit), int64(hc.window), srv.tiers.ArenaBytes()
-		c.ArenaTokens = int64(srv.slot.sessionTokens() - hc.limit)
+	if hc := srv.slot.hot; hc.Budget > 0 {
+		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.Limit), int64(hc.Window), srv.tiers.ArenaBytes()
+		c.ArenaTokens = int64(srv.slot.sessionTokens() - hc.Limit)
 	}
 	c.SessionTokens = int64(srv.slot.sessionTokens())
 	return c

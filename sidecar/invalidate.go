@@ -7,6 +7,7 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 )
 
 // Invalidation hints. A segment marked invalidate_on_edit names the files
@@ -36,17 +37,17 @@ func (srv *Server) reportEdit(ctx context.Context, connID uint64, r *pb.ReportEd
 	rep := &pb.ReportEditReply{}
 	for _, id := range ids {
 		err := srv.withSession(ctx, connID, id, func(sess *session) error {
-			cut, segs := editCut(sess.spans, r.GetPaths())
+			cut, segs := editCut(sess.Spans, r.GetPaths())
 			if cut < 0 {
 				return nil
 			}
-			before := len(sess.tape)
-			if _, err := sess.layout.cut(cut); err != nil {
+			before := len(sess.Tokens)
+			if _, err := sess.layout.Cut(cut); err != nil {
 				return err
 			}
 			rep.Sessions++
 			rep.Segments = append(rep.Segments, segs...)
-			rep.DroppedTokens += int64(before - len(sess.tape))
+			rep.DroppedTokens += int64(before - len(sess.Tokens))
 			return nil
 		})
 		if err != nil {
@@ -58,16 +59,16 @@ func (srv *Server) reportEdit(ctx context.Context, connID uint64, r *pb.ReportEd
 
 // editCut is the first tape index of a segment invalidated by editing one
 // of paths (-1: none), and the ids of every such segment.
-func editCut(spans []span, paths []string) (int, []string) {
+func editCut(spans []layout.Span, paths []string) (int, []string) {
 	cut := -1
 	var ids []string
 	for _, sp := range spans {
 		for _, p := range paths {
-			if policy.EditInvalidates(sp.seg, p) {
-				if cut < 0 || sp.start < cut {
-					cut = sp.start
+			if policy.EditInvalidates(sp.Seg, p) {
+				if cut < 0 || sp.Start < cut {
+					cut = sp.Start
 				}
-				ids = append(ids, sp.seg.ID)
+				ids = append(ids, sp.Seg.ID)
 				break
 			}
 		}
@@ -77,10 +78,10 @@ func editCut(spans []span, paths []string) (int, []string) {
 
 // turnCut is the first tape index of an invalidate_on_turn segment (-1:
 // none); it is recorded when a turn ends.
-func turnCut(spans []span) int {
+func turnCut(spans []layout.Span) int {
 	for _, sp := range spans {
-		if policy.TurnInvalidates(sp.seg) {
-			return sp.start
+		if policy.TurnInvalidates(sp.Seg) {
+			return sp.Start
 		}
 	}
 	return -1

@@ -272,6 +272,16 @@ func (m *metrics) Parked() { m.arenaParked.Inc() }
 // ArenaChanged records the loaded model's arena (tiers.Observer).
 func (m *metrics) ArenaChanged(a *shm.Arena) { m.setArena(a) }
 
+// Evicted counts a block leaving the engine (layout.Counters).
+func (m *metrics) Evicted() { m.evictions.Inc() }
+
+// Admitted counts a block coming back into the engine (layout.Counters).
+func (m *metrics) Admitted() { m.admissions.Inc() }
+
+// ArenaDropped counts a parked block dropped from a full arena
+// (layout.Counters).
+func (m *metrics) ArenaDropped() { m.arenaDropped.Inc() }
+
 // ObserveColdWrite records one SSD-tier write of n bytes (with its sync).
 func (m *metrics) ObserveColdWrite(n int, d time.Duration) {
 	m.coldWrite.Observe(d.Seconds())

@@ -16,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/shm"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -33,7 +34,7 @@ type slot struct {
 	capacity        policy.Capacity
 	resident        *session // whose tape is in sequence 0
 	holders         int      // open sessions; a non-zero count pins the model
-	hot             hotConfig
+	hot             layout.HotConfig
 	tiers           *tiers.Tiers // the loaded model's arena lives there
 	nextBlock       uint64
 	kv              policy.KVType
@@ -136,16 +137,16 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		m.Close()
 		return "", err
 	}
-	if hc.noShift {
+	if hc.NoShift {
 		o.log("hot set off: llama.cpp reports this model cannot shift positions; serving dense attention within its window", "window", facts.TrainedContext)
 		capa.ContextTokens = min(capa.ContextTokens, int64(facts.TrainedContext))
-		hc = hotConfig{}
+		hc = layout.HotConfig{}
 	}
 	cells := int(capa.ContextTokens)
-	if hc.budget > 0 {
+	if hc.Budget > 0 {
 		// The hot set, plus room for a block passing through the scratch
 		// sequence while it is inserted.
-		cells = hc.limit + 2*hc.block
+		cells = hc.Limit + 2*hc.Block
 	}
 	ectx, err := m.NewContext(engine.ContextOptions{
 		ContextTokens:  cells,
@@ -163,8 +164,8 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		return "", fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	}
 	costAt := 0
-	if hc.budget > 0 {
-		costAt = min(hc.limit/2, 256)
+	if hc.Budget > 0 {
+		costAt = min(hc.Limit/2, 256)
 	}
 	fig := measureFigures(ctx, ectx, facts, tiers.ElemBytes(o.kvType), costAt)
 	if err := ctx.Err(); err != nil {
@@ -172,7 +173,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		m.Close()
 		return "", fmt.Errorf("%w: loading %s: %w", protocol.ErrCancelled, o.path, err)
 	}
-	if hc.budget > 0 && o.cfg.TurnLatency > 0 {
+	if hc.Budget > 0 && o.cfg.TurnLatency > 0 {
 		var msg string
 		if hc, msg = latencyBound(hc, fig, o.cfg.TurnLatency, o.cfg.TurnSuffixTokens); msg != "" {
 			o.log(msg)
@@ -182,7 +183,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	var arenaBytes int64
 	var orphans []*tiers.OrphanTape
 	var maxID, maxSession uint64
-	if hc.budget > 0 {
+	if hc.Budget > 0 {
 		arenaBytes = o.cfg.ArenaBytes
 		if arenaBytes == 0 {
 			arenaBytes = usable / 4
@@ -203,7 +204,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 			o.log("arena block dropped", "id", d.ID, "err", d.Err)
 		}
 		// Parked blocks of a previous run become orphan tapes that new
-		// sessions resume from (orphan.go); ids continue above theirs.
+		// sessions resume from (layout/adopt.go); ids continue above theirs.
 		orphans, maxID, maxSession = tiers.CollectOrphans(a, s.log)
 		if n := len(orphans); n > 0 {
 			o.log("arena re-attached: parked blocks of an earlier ctxd kept for resume", "tapes", n)
@@ -223,7 +224,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 // unload frees the model; the caller holds the token and checked holders.
 func (s *slot) unload() {
 	s.tiers.Detach()
-	s.hot = hotConfig{}
+	s.hot = layout.HotConfig{}
 	if s.ectx != nil {
 		s.ectx.Close()
 	}
@@ -246,10 +247,10 @@ func (s *slot) contextTokens() int {
 // sessionTokens is the most tokens a session may hold: the context in
 // dense mode; the hot budget plus what the arena holds in hot-set mode.
 func (s *slot) sessionTokens() int {
-	if s.hot.budget == 0 {
+	if s.hot.Budget == 0 {
 		return s.contextTokens()
 	}
-	in := policy.SessionTokensInput{HotLimit: s.hot.limit, BlockTokens: s.hot.block,
+	in := policy.SessionTokensInput{HotLimit: s.hot.Limit, BlockTokens: s.hot.Block,
 		KVBytesPerToken:   s.facts.KVBytesPerToken(s.kvType()),
 		RecordHeaderBytes: shm.BlockHeaderBytes, TokenBytes: shm.TokenBytes,
 		ArenaBytes: s.tiers.ArenaBytes(), ColdBytes: s.ssdBytes}
@@ -286,7 +287,7 @@ func (s *slot) makeResident(sess *session) error {
 			return fmt.Errorf("%w: parking session %d: %w", protocol.ErrInternal, cur.id, err)
 		}
 		cur.parked = &st
-		cur.logitsAt = -1
+		cur.LogitsAt = -1
 	}
 	s.ectx.Clear()
 	s.resident = nil
@@ -294,12 +295,12 @@ func (s *slot) makeResident(sess *session) error {
 		if err := s.ectx.LoadSeq(*sess.parked); err != nil {
 			// The parked bytes are unusable: start the session empty rather
 			// than serve a tape that does not match the KV.
-			sess.resetTape()
+			sess.Reset()
 			s.ectx.Clear()
 		}
 		sess.parked = nil
 	}
-	sess.logitsAt = -1
+	sess.LogitsAt = -1
 	s.resident = sess
 	return nil
 }
@@ -323,28 +324,28 @@ func threadsOr(n int) int {
 
 // resolveHot fills the hot-set settings from the configuration and the
 // model, refusing budgets that cannot hold what must stay hot.
-func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfig, error) {
+func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (layout.HotConfig, error) {
 	if cfg == nil || cfg.HotTokens == 0 {
-		return hotConfig{}, nil
+		return layout.HotConfig{}, nil
 	}
 	if !facts.CanShift {
 		// Without position shifts blocks cannot move: dense attention
 		// within the window is all that is left.
-		return hotConfig{noShift: true}, nil
+		return layout.HotConfig{NoShift: true}, nil
 	}
 	scorers, err := cfg.ScorerSet()
 	if err != nil {
-		return hotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
+		return layout.HotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	in := cfg.hotLimitsInput()
 	in.TrainedContext, in.MemoryTokens = facts.TrainedContext, int(capa.MemoryTokens)
 	l, err := policy.ResolveHotLimits(in)
 	if err != nil {
-		return hotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
+		return layout.HotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if l.Budget == 0 {
-		return hotConfig{}, nil // too small a window or memory for a hot set: dense
+		return layout.HotConfig{}, nil // too small a window or memory for a hot set: dense
 	}
-	hc := hotConfig{scorers: scorers}.withLimits(l)
+	hc := layout.HotConfig{Scorers: scorers}.WithLimits(l)
 	return hc, nil
 }

@@ -6,11 +6,12 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 )
 
 // Cross-session resume: an empty session whose prompt starts like an
-// orphan tape in the arena (orphan.go) or a stored snapshot takes that
+// orphan tape in the arena (layout/adopt.go) or a stored snapshot takes that
 // KV instead of prefilling it, and keeps only the tokens its own prompt
 // shares with it.
 
@@ -20,17 +21,17 @@ import (
 // that came back, or "" when none fits. The caller holds the slot token
 // and sess is resident.
 func (srv *Server) resume(ctx context.Context, sess *session, target []engine.Token) (string, int) {
-	if sess.ephemeral || len(sess.tape) > 0 {
+	if sess.ephemeral || len(sess.Tokens) > 0 {
 		return "", 0
 	}
 	// policy.ChooseResume picks the source; resume stops at target's own
 	// tokens (choice.Tokens), whatever the source holds past them.
-	in := policy.ResumeInput{TargetTokens: len(target), MinTokens: snapshot.MinAutoTokens, Arena: sess.layout.orphanPrefixes(target)}
+	in := policy.ResumeInput{TargetTokens: len(target), MinTokens: snapshot.MinAutoTokens, Arena: sess.layout.OrphanPrefixes(target)}
 	var snaps []*snapshot.Entry
 	if srv.snaps.On() {
-		snaps = srv.snaps.Candidates(srv.ssdCompat(), sess.layout.mode())
+		snaps = srv.snaps.Candidates(srv.ssdCompat(), sess.layout.Mode())
 		for _, e := range snaps {
-			in.Snapshots = append(in.Snapshots, policy.ResumeCandidate{CommonTokens: commonPrefix(e.Tape, target), Created: e.Created.UnixNano()})
+			in.Snapshots = append(in.Snapshots, policy.ResumeCandidate{CommonTokens: layout.CommonPrefix(e.Tape, target), Created: e.Created.UnixNano()})
 		}
 	}
 	choice := policy.ChooseResume(in)
@@ -40,7 +41,7 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 		// past target (tokens its session generated): keep only what
 		// target shares with it.
 		oi, on := choice.Index, choice.Tokens
-		n, blocks, err := sess.layout.adoptOrphan(oi, on)
+		n, blocks, err := sess.layout.AdoptOrphan(oi, on)
 		if err != nil {
 			srv.log.Warn("resume from the arena failed; prefilling instead", "err", err)
 			srv.clearOrReset(sess)
@@ -68,8 +69,8 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 	if err == nil {
 		// The snapshot may go on past target (tokens its session
 		// generated, or another suffix): resume only the common prefix.
-		_, err = sess.layout.cut(bestN)
-		rep.Tokens = int64(len(sess.tape))
+		_, err = sess.layout.Cut(bestN)
+		rep.Tokens = int64(len(sess.Tokens))
 	}
 	if err != nil {
 		srv.log.Warn("resume failed; prefilling instead", "name", best.Name, "err", err)
@@ -78,16 +79,16 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 	}
 	rep.Automatic = true
 	srv.log.Info("session resumed from snapshot", "session", sess.id, "snapshot", best.Name, "common_tokens", bestN, "restored_tokens", rep.RestoredTokens, "ms", rep.ElapsedUs/1000)
-	return best.Name, min(bestN, len(sess.tape))
+	return best.Name, min(bestN, len(sess.Tokens))
 }
 
 // clearOrReset clears sess after a failed resume; a failure to clear is
 // logged and the engine and the session's state reset, so the next sync
 // prefills.
 func (srv *Server) clearOrReset(sess *session) {
-	if err := sess.layout.clear(); err != nil {
+	if err := sess.layout.Clear(); err != nil {
 		srv.log.Warn("clearing a session after a failed resume", "session", sess.id, "err", err)
 		srv.slot.ectx.Clear()
-		sess.layout.reset()
+		sess.layout.Reset()
 	}
 }

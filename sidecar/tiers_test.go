@@ -7,12 +7,15 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/protocol"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 )
 
 // spillServer runs the needle model with a 1 MiB arena, so a long
@@ -123,45 +126,37 @@ func TestCancelledAdmissionKeepsTheBlockRetrievable(t *testing.T) {
 	if err := srv.slot.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	h, ok := srv.slot.resident.layout.(*hotSet)
-	if !ok {
-		srv.slot.release()
-		t.Fatal("the resident session has no hot set")
+	sess := srv.slot.resident
+	residency := func() *pb.ExplainReply {
+		rep := &pb.ExplainReply{TokensByClass: map[string]int64{}}
+		sess.layout.Explain(rep)
+		return rep
 	}
-	spilled := 0
-	for _, b := range h.blocks {
-		if b.res == resSpilled {
-			spilled++
-		}
-	}
+	before := residency()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the turn is cancelled before its SSD reads complete
-	h.turn++
-	err := h.retrieveFor(ctx, needle[:4], needle[:4])
-	after := 0
-	for _, b := range h.blocks {
-		if b.res == resSpilled {
-			after++
-		}
-		if b.res == resLost {
-			t.Errorf("block %d lost by a cancelled admission", b.id)
-		}
-	}
+	target := layout.Prompt{Tokens: append(slices.Clone(sess.Tokens), needle[:4]...), Spans: sess.Spans, Turn: len(sess.Tokens)}
+	_, err := sess.layout.Sync(ctx, target, true, false, true)
+	after := residency()
+	used := srv.slot.ectx.Used()
+	checkErr := layout.Check(sess.layout, used)
+	srv.slot.release()
 	ssdTried := false
-	for _, d := range h.diag {
+	for _, d := range after.Diagnostics {
 		ssdTried = ssdTried || strings.Contains(d, "unreadable from the ssd tier")
 	}
-	srv.slot.release()
 	if !ssdTried {
-		t.Fatalf("the plan read nothing back from the SSD tier; diagnostics %q", h.diag)
+		t.Fatalf("the plan read nothing back from the SSD tier; diagnostics %q", after.Diagnostics)
 	}
 	if !errors.Is(err, protocol.ErrCancelled) {
 		t.Fatalf("cancelled admission: %v, want ErrCancelled", err)
 	}
-	if spilled == 0 || after != spilled {
-		t.Fatalf("spilled blocks: %d before a cancelled admission, %d after", spilled, after)
+	if checkErr != nil {
+		t.Fatalf("after a cancelled admission: %v", checkErr)
 	}
-	checkHot(t, srv)
+	if before.ColdBlocks == 0 || after.ColdBlocks != before.ColdBlocks || after.LostBlocks != 0 {
+		t.Fatalf("spilled blocks: %d before a cancelled admission, %d after (%d lost)", before.ColdBlocks, after.ColdBlocks, after.LostBlocks)
+	}
 	acc, found, ex := needleTurn(t, s, needle)
 	checkHot(t, srv)
 	if !found || acc < 0.8 || ex.LostBlocks != 0 {

@@ -7,6 +7,7 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 )
 
 // Tokenization: a manifest's segments become the tokens and spans a
@@ -15,12 +16,12 @@ import (
 // tokenizeSegments renders segments into tokens, BOS first when first is
 // set. Each segment is tokenized on its own, so a segment's tokens never
 // depend on its neighbours and reuse boundaries are stable.
-func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first bool, pos0 int) (prompt, error) {
-	var p prompt
+func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first bool, pos0 int) (layout.Prompt, error) {
+	var p layout.Prompt
 	m := srv.slot.model
 	if first && srv.slot.facts.AddBOS {
-		p.tokens = append(p.tokens, srv.slot.facts.BOS)
-		p.spans = append(p.spans, span{seg: policy.Segment{ID: "<bos>", Kind: policy.KindSystem, Class: policy.ClassTaskPinned, Stable: true}, start: pos0, end: pos0 + 1})
+		p.Tokens = append(p.Tokens, srv.slot.facts.BOS)
+		p.Spans = append(p.Spans, layout.Span{Seg: policy.Segment{ID: "<bos>", Kind: policy.KindSystem, Class: policy.ClassTaskPinned, Stable: true}, Start: pos0, End: pos0 + 1})
 	}
 	for _, seg := range segs {
 		key := seg.Digest()
@@ -29,7 +30,7 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 			vocab := int32(srv.slot.facts.VocabSize)
 			for j, t := range seg.Tokens {
 				if t >= vocab {
-					return prompt{}, fmt.Errorf("%w: segment %q: token %d at %d is outside the vocabulary [0,%d)", protocol.ErrInvalidManifest, seg.ID, t, j, vocab)
+					return layout.Prompt{}, fmt.Errorf("%w: segment %q: token %d at %d is outside the vocabulary [0,%d)", protocol.ErrInvalidManifest, seg.ID, t, j, vocab)
 				}
 			}
 			toks, ok = seg.Tokens, true
@@ -38,18 +39,18 @@ func (srv *Server) tokenizeSegments(sess *session, segs []policy.Segment, first 
 			var err error
 			toks, err = tokenizeSegment(m, seg)
 			if err != nil {
-				return prompt{}, fmt.Errorf("%w: segment %q: %w", protocol.ErrInvalidManifest, seg.ID, err)
+				return layout.Prompt{}, fmt.Errorf("%w: segment %q: %w", protocol.ErrInvalidManifest, seg.ID, err)
 			}
 			if len(sess.tokCache) > 8192 {
 				clear(sess.tokCache)
 			}
 			sess.tokCache[key] = toks
 		}
-		start := pos0 + len(p.tokens)
-		p.tokens = append(p.tokens, toks...)
+		start := pos0 + len(p.Tokens)
+		p.Tokens = append(p.Tokens, toks...)
 		meta := seg
 		meta.Text, meta.Tokens, meta.Control = "", nil, nil
-		p.spans = append(p.spans, span{seg: meta, start: start, end: pos0 + len(p.tokens)})
+		p.Spans = append(p.Spans, layout.Span{Seg: meta, Start: start, End: pos0 + len(p.Tokens)})
 	}
 	return p, nil
 }

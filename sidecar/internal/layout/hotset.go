@@ -1,4 +1,4 @@
-package sidecar
+package layout
 
 import (
 	"context"
@@ -38,7 +38,7 @@ import (
 // hot set moves blocks, so a block's p changes while its v never does.
 
 // residency is where a block's KV is: in the engine or not, and which
-// tier below it (tiers.go) holds a copy. One value, so no combination of
+// tier below it (package tiers) holds a copy. One value, so no combination of
 // flags can contradict another.
 type residency uint8
 
@@ -103,10 +103,11 @@ type hotBlock struct {
 }
 
 // hotSet is a session in hot-set mode: its blocks, its open tail and its
-// retrieval index. It is the session's layout (layout.go).
+// retrieval index. It is the session's Layout.
 type hotSet struct {
-	env        *layoutEnv
-	sess       *session
+	env        *Env
+	tape       *Tape
+	sessionID  uint64 // names its blocks' session in the arena
 	blocks     []*hotBlock
 	tailV      int // tape index where the open tail starts
 	tailP      int // engine position of the tail's first token
@@ -121,30 +122,31 @@ type hotSet struct {
 
 const tailID = math.MaxUint64
 
-// hotConfig is the resolved hot-set configuration of the loaded model.
-type hotConfig struct {
-	budget, window, limit int
-	block, sinks, recent  int
-	reserve               int              // room kept after a turn's new tokens for decoding
-	scorers               policy.ScorerSet // policy.ScorerNone: retrieval off
-	noShift               bool             // the model cannot shift: hot set off, dense fallback
+// HotConfig is the resolved hot-set configuration of the loaded model.
+type HotConfig struct {
+	Budget, Window, Limit int
+	Block, Sinks, Recent  int
+	Reserve               int              // room kept after a turn's new tokens for decoding
+	Scorers               policy.ScorerSet // policy.ScorerNone: retrieval off
+	NoShift               bool             // the model cannot shift: hot set off, dense fallback
 }
 
-// limits are hc's token limits as policy sees them.
-func (hc hotConfig) limits() policy.HotLimits {
-	return policy.HotLimits{Budget: hc.budget, Window: hc.window, Limit: hc.limit, Block: hc.block,
-		Sinks: hc.sinks, Recent: hc.recent, Reserve: hc.reserve}
+// Limits are hc's token limits as policy sees them.
+func (hc HotConfig) Limits() policy.HotLimits {
+	return policy.HotLimits{Budget: hc.Budget, Window: hc.Window, Limit: hc.Limit, Block: hc.Block,
+		Sinks: hc.Sinks, Recent: hc.Recent, Reserve: hc.Reserve}
 }
 
-// withLimits returns hc with the token limits l (policy.ResolveHotLimits).
-func (hc hotConfig) withLimits(l policy.HotLimits) hotConfig {
-	hc.budget, hc.window, hc.limit, hc.block = l.Budget, l.Window, l.Limit, l.Block
-	hc.sinks, hc.recent, hc.reserve = l.Sinks, l.Recent, l.Reserve
+// WithLimits returns hc with the token limits l (policy.ResolveHotLimits).
+func (hc HotConfig) WithLimits(l policy.HotLimits) HotConfig {
+	hc.Budget, hc.Window, hc.Limit, hc.Block = l.Budget, l.Window, l.Limit, l.Block
+	hc.Sinks, hc.Recent, hc.Reserve = l.Sinks, l.Recent, l.Reserve
 	return hc
 }
 
-func newHotSet(env *layoutEnv, sess *session) *hotSet {
-	h := &hotSet{env: env, sess: sess}
+// NewHotSet is the hot-set layout of session id, whose tape is t.
+func NewHotSet(env *Env, t *Tape, id uint64) Layout {
+	h := &hotSet{env: env, tape: t, sessionID: id}
 	h.resetState()
 	return h
 }
@@ -152,17 +154,17 @@ func newHotSet(env *layoutEnv, sess *session) *hotSet {
 // resetState forgets every block (their copies are the caller's to free).
 func (h *hotSet) resetState() {
 	idx, _ := policy.NewBM25Index(policy.DefaultBM25Options())
-	*h = hotSet{env: h.env, sess: h.sess, index: idx}
+	*h = hotSet{env: h.env, tape: h.tape, sessionID: h.sessionID, index: idx}
 }
 
-func (h *hotSet) mode() string   { return "hot" }
-func (h *hotSet) maxTokens() int { return h.env.sessionTokens() }
+func (h *hotSet) Mode() string   { return "hot" }
+func (h *hotSet) MaxTokens() int { return h.env.SessionTokens() }
 
-func (h *hotSet) physEnd() int { return h.tailP + len(h.sess.tape) - h.tailV }
+func (h *hotSet) physEnd() int { return h.tailP + len(h.tape.Tokens) - h.tailV }
 
 // used counts the tokens in the engine (hot blocks and the tail).
 func (h *hotSet) used() int {
-	n := len(h.sess.tape) - h.tailV
+	n := len(h.tape.Tokens) - h.tailV
 	for _, b := range h.blocks {
 		if b.res.inEngine() {
 			n += b.n
@@ -173,11 +175,11 @@ func (h *hotSet) used() int {
 
 // nextSeal is the tape length at which the open tail becomes a block.
 func (h *hotSet) nextSeal() int {
-	hc := h.env.hot
-	if h.tailV < hc.sinks {
-		return hc.sinks
+	hc := h.env.Hot
+	if h.tailV < hc.Sinks {
+		return hc.Sinks
 	}
-	return h.tailV + hc.block
+	return h.tailV + hc.Block
 }
 
 // appendTokens decodes toks after the tape, evicting hot blocks first
@@ -185,35 +187,35 @@ func (h *hotSet) nextSeal() int {
 // fill. Eviction frees room for a whole chunk at once (a quarter of the
 // hot budget), so prefill runs in large batches and positions are
 // compacted once per chunk, not once per block.
-func (h *hotSet) appendTokens(ctx context.Context, toks []engine.Token) error {
-	sess, hc, ectx := h.sess, h.env.hot, h.env.ectx
+func (h *hotSet) AppendTokens(ctx context.Context, toks []engine.Token) error {
+	tape, hc, ectx := h.tape, h.env.Hot, h.env.Engine
 	batch := ectx.Options().BatchTokens
-	chunk := hc.limits().ChunkTokens()
+	chunk := hc.Limits().ChunkTokens()
 	total := len(toks)
-	defer func() { reportProgress(ctx, "prefill", total-len(toks), total) }()
+	defer func() { h.env.Progress(ctx, "prefill", total-len(toks), total) }()
 	for len(toks) > 0 {
-		reportProgress(ctx, "prefill", total-len(toks), total)
+		h.env.Progress(ctx, "prefill", total-len(toks), total)
 		if len(toks) < total {
-			if err := h.env.yield(sess); err != nil { // other sessions' turns
+			if err := h.env.Yield(); err != nil { // other sessions' turns
 				return err
 			}
 		}
 		want := min(len(toks), chunk)
-		if free := hc.limit - h.used(); free < want {
+		if free := hc.Limit - h.used(); free < want {
 			if err := h.evictFor(want - free); err != nil {
 				return err
 			}
 		}
 		end := h.physEnd()
-		n := min(len(toks), hc.limit-end, batch)
+		n := min(len(toks), hc.Limit-end, batch)
 		if err := ectx.Decode(ctx, toks[:n], end); err != nil {
-			sess.logitsAt = -1
-			return engineErr(err)
+			tape.LogitsAt = -1
+			return EngineErr(err)
 		}
-		sess.tape = append(sess.tape, toks[:n]...)
-		sess.logitsAt = len(sess.tape)
+		tape.Tokens = append(tape.Tokens, toks[:n]...)
+		tape.LogitsAt = len(tape.Tokens)
 		toks = toks[n:]
-		for len(sess.tape) >= h.nextSeal() {
+		for len(tape.Tokens) >= h.nextSeal() {
 			h.seal(ctx)
 		}
 	}
@@ -223,20 +225,20 @@ func (h *hotSet) appendTokens(ctx context.Context, toks []engine.Token) error {
 // seal turns the open tail into a block: its KV is copied to the arena
 // (when the arena has room) and its tokens indexed for retrieval.
 func (h *hotSet) seal(ctx context.Context) {
-	sess := h.sess
+	tape := h.tape
 	n := h.nextSeal() - h.tailV
 	var prev shm.Hash
 	if k := len(h.blocks); k > 0 {
 		prev = h.blocks[k-1].chain
 	}
-	toks := sess.tape[h.tailV : h.tailV+n]
+	toks := tape.Tokens[h.tailV : h.tailV+n]
 	b := &hotBlock{
-		id: h.env.newBlockID(), seq: len(h.blocks), vstart: h.tailV, n: n,
+		id: h.env.NewBlockID(), seq: len(h.blocks), vstart: h.tailV, n: n,
 		chain: shm.ChainHash(prev, toks), res: resHotOnly, pstart: h.tailP, pos0: h.tailP, lastUsed: h.turn,
 	}
-	c := policy.ClassifyBlock(segmentSpans(sess.spans), b.vstart, b.vstart+n)
+	c := policy.ClassifyBlock(segmentSpans(tape.Spans), b.vstart, b.vstart+n)
 	b.class, b.kind, b.segID, b.pinned = c.Class, c.Kind, c.SegmentID, c.Pinned
-	if r, err := h.env.ectx.ExtractRange(b.pstart, b.pstart+n); err == nil {
+	if r, err := h.env.Engine.ExtractRange(b.pstart, b.pstart+n); err == nil {
 		if h.park(ctx, b, toks, r.Blob) {
 			b.res = b.res.withCopy(tiers.Arena)
 		}
@@ -250,10 +252,10 @@ func (h *hotSet) seal(ctx context.Context) {
 }
 
 // segmentSpans are spans as policy sees them.
-func segmentSpans(spans []span) []policy.SegmentSpan {
+func segmentSpans(spans []Span) []policy.SegmentSpan {
 	out := make([]policy.SegmentSpan, len(spans))
 	for i, sp := range spans {
-		out[i] = policy.SegmentSpan{Segment: sp.seg, Start: sp.start, End: sp.end}
+		out[i] = policy.SegmentSpan{Segment: sp.Seg, Start: sp.Start, End: sp.End}
 	}
 	return out
 }
@@ -263,11 +265,11 @@ func segmentSpans(spans []span) []policy.SegmentSpan {
 // dropping it when the SSD tier cannot take it). It reports whether the
 // block was parked.
 func (h *hotSet) park(ctx context.Context, b *hotBlock, toks []engine.Token, kv []byte) bool {
-	t := h.env.tiers
+	t := h.env.Tiers
 	if !t.HasArena() {
 		return false
 	}
-	blk := shm.Block{ID: b.id, Session: h.sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
+	blk := shm.Block{ID: b.id, Session: h.sessionID, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
 		SegID: clipString(b.segID, shm.MaxSegIDLen), Pos: int32(b.pos0), Tokens: toks, KV: kv}
 	for {
 		err := t.Park(blk)
@@ -284,7 +286,7 @@ func (h *hotSet) park(ctx context.Context, b *hotBlock, toks []engine.Token, kv 
 			return false
 		}
 		if err := h.spill(ctx, victim); err != nil {
-			h.env.metrics.arenaDropped.Inc()
+			h.env.Counters.ArenaDropped()
 			h.note(fmt.Sprintf("arena full: dropped parked block %d (tokens %d..%d, %s); the SSD tier could not take it: %v", victim.id, victim.vstart, victim.vstart+victim.n, victim.class, err))
 			victim.res = victim.res.withCopy(tiers.None)
 		}
@@ -295,9 +297,9 @@ func (h *hotSet) park(ctx context.Context, b *hotBlock, toks []engine.Token, kv 
 // spill moves a parked block's copy from the arena to the SSD tier: the
 // block stays retrievable (admission reads it back from the SSD).
 func (h *hotSet) spill(ctx context.Context, b *hotBlock) error {
-	toks := append([]engine.Token(nil), h.sess.tape[b.vstart:b.vstart+b.n]...)
+	toks := append([]engine.Token(nil), h.tape.Tokens[b.vstart:b.vstart+b.n]...)
 	meta := coldstore.BlockMeta{Chain: b.chain, Tokens: toks, Pos0: b.pos0, Class: uint8(b.class), Segment: b.segID}
-	key, err := h.env.tiers.Spill(ctx, b.id, b.ssdKey, meta)
+	key, err := h.env.Tiers.Spill(ctx, b.id, b.ssdKey, meta)
 	if err != nil {
 		return err
 	}
@@ -307,7 +309,7 @@ func (h *hotSet) spill(ctx context.Context, b *hotBlock) error {
 
 // dropCopy frees the block's copy below the engine.
 func (h *hotSet) dropCopy(b *hotBlock) {
-	h.env.tiers.Drop(b.res.copyTier(), b.id, b.ssdKey)
+	h.env.Tiers.Drop(b.res.copyTier(), b.id, b.ssdKey)
 	b.res = b.res.withCopy(tiers.None)
 }
 
@@ -344,7 +346,7 @@ func (h *hotSet) note(s string) {
 // planBlocks describes the session's blocks (and its open tail) to the
 // planner.
 func (h *hotSet) planBlocks() []policy.HotBlock {
-	sinks := h.env.hot.sinks
+	sinks := h.env.Hot.Sinks
 	out := make([]policy.HotBlock, 0, len(h.blocks)+1)
 	for _, b := range h.blocks {
 		if b.res == resLost {
@@ -355,7 +357,7 @@ func (h *hotSet) planBlocks() []policy.HotBlock {
 			LastUsed: b.lastUsed, Hot: b.res.inEngine(), Pinned: b.pinned, Sink: b.vstart == 0 && sinks > 0,
 		})
 	}
-	if n := len(h.sess.tape) - h.tailV; n > 0 {
+	if n := len(h.tape.Tokens) - h.tailV; n > 0 {
 		out = append(out, policy.HotBlock{ID: tailID, Tokens: n, Class: policy.ClassVolatile, Kind: policy.KindTerminal,
 			Seq: len(h.blocks), LastUsed: h.turn, Hot: true, Recent: true, Sink: h.tailV == 0 && sinks > 0})
 	}
@@ -367,21 +369,21 @@ func (h *hotSet) planBlocks() []policy.HotBlock {
 // and closes the holes with compact. Freeing less is fine while some room
 // is left: protected blocks fill the rest.
 func (h *hotSet) evictFor(need int) error {
-	hc := h.env.hot
+	hc := h.env.Hot
 	blocks := make([]policy.HotBlock, 0, len(h.blocks)+1)
 	for _, b := range h.blocks {
 		blocks = append(blocks, policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Score: b.score,
 			LastUsed: b.lastUsed, Hot: b.res.inEngine(), Pinned: b.pinned})
 	}
-	if n := len(h.sess.tape) - h.tailV; n > 0 {
+	if n := len(h.tape.Tokens) - h.tailV; n > 0 {
 		blocks = append(blocks, policy.HotBlock{ID: tailID, Tokens: n, Class: policy.ClassVolatile, Kind: policy.KindTerminal,
 			Seq: len(h.blocks), LastUsed: h.turn, Hot: true, Recent: true})
 	}
-	plan := policy.PlanEviction(policy.EvictInput{Blocks: blocks, SinkTokens: hc.sinks, RecentTokens: hc.recent, NeedTokens: need})
+	plan := policy.PlanEviction(policy.EvictInput{Blocks: blocks, SinkTokens: hc.Sinks, RecentTokens: hc.Recent, NeedTokens: need})
 	for _, id := range plan.Unpinned {
 		b := h.find(id)
 		b.pinned = false
-		h.note(fmt.Sprintf("pinned segments exceed the hot budget %d: block %d (%s) unpinned", hc.limit, b.id, b.segID))
+		h.note(fmt.Sprintf("pinned segments exceed the hot budget %d: block %d (%s) unpinned", hc.Limit, b.id, b.segID))
 	}
 	for _, id := range plan.Evict {
 		if err := h.evict(h.find(id)); err != nil {
@@ -393,27 +395,27 @@ func (h *hotSet) evictFor(need int) error {
 			return err
 		}
 	}
-	if hc.limit-h.used() <= 0 {
+	if hc.Limit-h.used() <= 0 {
 		return fmt.Errorf("%w: the hot budget of %d tokens holds only protected tokens (sinks %d, recent window %d, tail %d)",
-			protocol.ErrResourceExhausted, hc.limit, hc.sinks, hc.recent, len(h.sess.tape)-h.tailV)
+			protocol.ErrResourceExhausted, hc.Limit, hc.Sinks, hc.Recent, len(h.tape.Tokens)-h.tailV)
 	}
 	return nil
 }
 
 // evict takes block b out of the engine.
 func (h *hotSet) evict(b *hotBlock) error {
-	if _, err := h.env.ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
-		return engineErr(err)
+	if _, err := h.env.Engine.Remove(b.pstart, b.pstart+b.n); err != nil {
+		return EngineErr(err)
 	}
 	b.res, b.retrieved = b.res.evicted(), false
 	h.evictions++
-	h.env.metrics.evictions.Inc()
+	h.env.Counters.Evicted()
 	return nil
 }
 
 // compact shifts hot ranges down so they tile [0, physEnd) again.
 func (h *hotSet) compact() error {
-	sess := h.sess
+	tape := h.tape
 	type rng struct {
 		b     *hotBlock // nil: the tail
 		start int
@@ -425,17 +427,17 @@ func (h *hotSet) compact() error {
 			rs = append(rs, rng{b, b.pstart, b.n})
 		}
 	}
-	if n := len(sess.tape) - h.tailV; n > 0 {
+	if n := len(tape.Tokens) - h.tailV; n > 0 {
 		rs = append(rs, rng{nil, h.tailP, n})
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].start < rs[j].start })
 	next := 0
 	for _, r := range rs {
 		if r.start != next {
-			if err := h.env.ectx.Shift(r.start, r.start+r.n, next-r.start); err != nil {
-				return engineErr(err)
+			if err := h.env.Engine.Shift(r.start, r.start+r.n, next-r.start); err != nil {
+				return EngineErr(err)
 			}
-			sess.logitsAt = -1
+			tape.LogitsAt = -1
 		}
 		if r.b != nil {
 			r.b.pstart = next
@@ -444,7 +446,7 @@ func (h *hotSet) compact() error {
 		}
 		next += r.n
 	}
-	if len(sess.tape)-h.tailV == 0 {
+	if len(tape.Tokens)-h.tailV == 0 {
 		h.tailP = next
 	}
 	return nil
@@ -452,17 +454,17 @@ func (h *hotSet) compact() error {
 
 // cut keeps tape[:n] (rounded down to a block boundary when n falls inside
 // a sealed block) and returns the length kept.
-func (h *hotSet) cut(n int) (int, error) {
-	sess, ectx := h.sess, h.env.ectx
-	if n >= len(sess.tape) {
-		return len(sess.tape), nil
+func (h *hotSet) Cut(n int) (int, error) {
+	tape, ectx := h.tape, h.env.Engine
+	if n >= len(tape.Tokens) {
+		return len(tape.Tokens), nil
 	}
 	if n >= h.tailV {
 		p := h.tailP + (n - h.tailV)
 		if _, err := ectx.Remove(p, -1); err != nil {
-			return 0, engineErr(err)
+			return 0, EngineErr(err)
 		}
-		sess.keepTape(n)
+		tape.Keep(n)
 		return n, nil
 	}
 	k := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart+h.blocks[i].n > n })
@@ -470,20 +472,20 @@ func (h *hotSet) cut(n int) (int, error) {
 	for _, b := range h.blocks[k:] {
 		if b.res.inEngine() {
 			if _, err := ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
-				return 0, engineErr(err)
+				return 0, EngineErr(err)
 			}
 		}
 		h.dropCopy(b)
 		h.index.Remove(b.id)
 	}
-	if len(sess.tape) > h.tailV {
-		if _, err := ectx.Remove(h.tailP, h.tailP+len(sess.tape)-h.tailV); err != nil {
-			return 0, engineErr(err)
+	if len(tape.Tokens) > h.tailV {
+		if _, err := ectx.Remove(h.tailP, h.tailP+len(tape.Tokens)-h.tailV); err != nil {
+			return 0, EngineErr(err)
 		}
 	}
 	h.blocks = h.blocks[:k]
 	h.tailV = keep
-	sess.keepTape(keep)
+	tape.Keep(keep)
 	if err := h.compact(); err != nil {
 		return 0, err
 	}
@@ -493,48 +495,48 @@ func (h *hotSet) cut(n int) (int, error) {
 // sync keeps the common prefix, then streams the rest in; with retrieve,
 // parked blocks relevant to the new tokens are brought back first (once
 // per turn, in bulk).
-func (h *hotSet) sync(ctx context.Context, target prompt, needLogits, keepTail, retrieve bool) (syncResult, error) {
-	sess := h.sess
-	r := syncResult{promptTokens: len(target.tokens)}
-	limit := h.env.sessionTokens()
-	if len(target.tokens) > limit {
-		return r, protocol.OverflowError{PromptTokens: int64(len(target.tokens)), ContextTokens: int64(limit)}
+func (h *hotSet) Sync(ctx context.Context, target Prompt, needLogits, keepTail, retrieve bool) (SyncResult, error) {
+	tape := h.tape
+	r := SyncResult{PromptTokens: len(target.Tokens)}
+	limit := h.env.SessionTokens()
+	if len(target.Tokens) > limit {
+		return r, protocol.OverflowError{PromptTokens: int64(len(target.Tokens)), ContextTokens: int64(limit)}
 	}
-	lcp := sess.reusablePrefix(target.tokens)
-	r.reusable = lcp
-	if lcp == len(target.tokens) && keepTail && !needLogits {
-		r.reused = lcp
+	lcp := tape.ReusablePrefix(target.Tokens)
+	r.Reusable = lcp
+	if lcp == len(target.Tokens) && keepTail && !needLogits {
+		r.Reused = lcp
 		return r, nil
 	}
 	keep := lcp
-	if needLogits && keep == len(target.tokens) && keep > 0 && sess.logitsAt != keep {
+	if needLogits && keep == len(target.Tokens) && keep > 0 && tape.LogitsAt != keep {
 		keep--
 	}
-	before := len(sess.tape)
-	kept, err := h.cut(keep)
+	before := len(tape.Tokens)
+	kept, err := h.Cut(keep)
 	if err != nil {
 		return r, err
 	}
-	r.dropped = before - kept
-	r.reused = kept
-	sess.spans = target.spans
-	newToks := target.tokens[kept:]
+	r.Dropped = before - kept
+	r.Reused = kept
+	tape.Spans = target.Spans
+	newToks := target.Tokens[kept:]
 	if retrieve && len(newToks) > 0 {
 		h.turn++
 		var turn []engine.Token
-		if target.turn > 0 && target.turn < len(target.tokens) {
-			turn = target.tokens[target.turn:]
+		if target.Turn > 0 && target.Turn < len(target.Tokens) {
+			turn = target.Tokens[target.Turn:]
 		}
 		if err := h.retrieveFor(ctx, newToks, turn); err != nil {
 			return r, err
 		}
 	}
-	if err := h.appendTokens(ctx, newToks); err != nil {
-		sess.spans = clipSpans(target.spans, len(sess.tape))
-		r.prefilled = len(sess.tape) - kept
+	if err := h.AppendTokens(ctx, newToks); err != nil {
+		tape.Spans = ClipSpans(target.Spans, len(tape.Tokens))
+		r.Prefilled = len(tape.Tokens) - kept
 		return r, err
 	}
-	r.prefilled = len(newToks)
+	r.Prefilled = len(newToks)
 	return r, nil
 }
 
@@ -542,19 +544,19 @@ func (h *hotSet) sync(ctx context.Context, target prompt, needLogits, keepTail, 
 // own segments, else the new tokens; policy.TurnQuery decides), plans the
 // hot set and moves blocks accordingly.
 func (h *hotSet) retrieveFor(ctx context.Context, newToks, turn []engine.Token) error {
-	hc := h.env.hot
+	hc := h.env.Hot
 	if len(h.blocks) == 0 {
 		return nil
 	}
-	suffix := hc.limits().TurnSuffixTokens(len(newToks))
+	suffix := hc.Limits().TurnSuffixTokens(len(newToks))
 	for _, b := range h.blocks {
 		b.score, b.reason = 0, ""
 	}
-	rep := &retrievalReport{turn: h.turn, scorers: hc.scorers}
-	if hc.scorers != policy.ScorerNone {
-		query := policy.TurnQuery(policy.TurnQueryInput{Turn: turn, New: newToks, MaxTokens: hc.limit})
+	rep := &retrievalReport{turn: h.turn, scorers: hc.Scorers}
+	if hc.Scorers != policy.ScorerNone {
+		query := policy.TurnQuery(policy.TurnQueryInput{Turn: turn, New: newToks, MaxTokens: hc.Limit})
 		rep.queryTokens = len(query)
-		if hc.scorers.Has(policy.ScorerLexical) {
+		if hc.Scorers.Has(policy.ScorerLexical) {
 			start := time.Now()
 			scores := h.index.Score(query)
 			rep.add("lexical", time.Since(start), scores, h.index.Len(), 0)
@@ -566,10 +568,10 @@ func (h *hotSet) retrieveFor(ctx context.Context, newToks, turn []engine.Token) 
 		}
 	}
 	in := policy.HotSetInput{
-		HotBudget: hc.limit, SinkTokens: hc.sinks, RecentTokens: policy.TurnRecentTokens(hc.recent, len(newToks)), SuffixTokens: suffix,
-		TrainedWindow: hc.window, MinScore: math.SmallestNonzeroFloat64,
+		HotBudget: hc.Limit, SinkTokens: hc.Sinks, RecentTokens: policy.TurnRecentTokens(hc.Recent, len(newToks)), SuffixTokens: suffix,
+		TrainedWindow: hc.Window, MinScore: math.SmallestNonzeroFloat64,
 	}
-	if hc.scorers == policy.ScorerNone {
+	if hc.Scorers == policy.ScorerNone {
 		in.MinScore = math.Inf(1) // nothing is retrieved
 	}
 	in.Blocks = h.planBlocks()
@@ -617,8 +619,8 @@ const tempBase = 1 << 24
 // ending) stays where it was and is not admitted; the layout closes over
 // its hole, and a cancelled ctx is reported once the layout is settled.
 func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
-	sess, ectx, t := h.sess, h.env.ectx, h.env.tiers
-	sess.logitsAt = -1
+	tape, ectx, t := h.tape, h.env.Engine, h.env.Tiers
+	tape.LogitsAt = -1
 	for _, id := range plan.Evict {
 		b := h.find(id)
 		if b == nil || !b.res.inEngine() {
@@ -652,7 +654,7 @@ func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 	for _, m := range moves {
 		if !m.admit && m.from != tempBase+m.to {
 			if err := ectx.Shift(m.from, m.from+m.n, tempBase+m.to-m.from); err != nil {
-				return engineErr(err)
+				return EngineErr(err)
 			}
 		}
 	}
@@ -687,14 +689,14 @@ func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 		m.b.res = m.b.res.admitted()
 		m.b.pstart = m.to
 		h.admissions++
-		h.env.metrics.admissions.Inc()
+		h.env.Counters.Admitted()
 	}
 	for _, m := range moves {
 		if m.admit {
 			continue
 		}
 		if err := ectx.Shift(tempBase+m.to, tempBase+m.to+m.n, -tempBase); err != nil {
-			return engineErr(err)
+			return EngineErr(err)
 		}
 		if m.b != nil {
 			m.b.pstart = m.to
@@ -711,7 +713,7 @@ func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 			}
 		}
 	}
-	if len(sess.tape) == h.tailV {
+	if len(tape.Tokens) == h.tailV {
 		h.tailP = plan.SuffixStart
 	}
 	// A block that could not be admitted leaves a hole: close it.
@@ -719,38 +721,38 @@ func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return engineErr(err)
+		return EngineErr(err)
 	}
 	return nil
 }
 
 // clear empties the session in the engine and frees its blocks' copies.
-func (h *hotSet) clear() error {
+func (h *hotSet) Clear() error {
 	for _, b := range h.blocks {
 		h.dropCopy(b)
 	}
-	if _, err := h.env.ectx.Remove(0, -1); err != nil {
-		return engineErr(err)
+	if _, err := h.env.Engine.Remove(0, -1); err != nil {
+		return EngineErr(err)
 	}
-	h.reset()
+	h.Reset()
 	return nil
 }
 
-func (h *hotSet) reset() {
-	h.sess.resetTape()
+func (h *hotSet) Reset() {
+	h.tape.Reset()
 	h.resetState()
 }
 
 // release frees the blocks' SSD pins and, with keep, leaves the parked
-// blocks as an orphan tape (orphan.go); the rest of the arena copies are
+// blocks as an orphan tape (adopt.go); the rest of the arena copies are
 // freed.
-func (h *hotSet) release(keep bool) {
+func (h *hotSet) Release(keep bool) {
 	for _, b := range h.blocks {
 		if b.res.copyTier() == tiers.SSD {
 			h.dropCopy(b)
 		}
 	}
-	if keep && h.env.tiers.HasArena() {
+	if keep && h.env.Tiers.HasArena() {
 		h.orphanBlocks()
 		h.blocks = nil
 	}
@@ -761,6 +763,6 @@ func (h *hotSet) release(keep bool) {
 }
 
 // orphanPrefixes are the tokens each orphan tape shares with target.
-func (h *hotSet) orphanPrefixes(target []engine.Token) []int {
-	return h.env.tiers.OrphanPrefixes(target)
+func (h *hotSet) OrphanPrefixes(target []engine.Token) []int {
+	return h.env.Tiers.OrphanPrefixes(target)
 }

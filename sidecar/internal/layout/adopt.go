@@ -1,4 +1,4 @@
-package sidecar
+package layout
 
 import (
 	"fmt"
@@ -22,9 +22,9 @@ import (
 
 // orphanBlocks keeps a closing session's parked blocks as an orphan tape
 // (the chain-contiguous prefix of blocks with an arena copy); the rest of
-// the arena copies are freed. The caller holds the slot token.
+// the arena copies are freed. The caller holds the engine token.
 func (h *hotSet) orphanBlocks() {
-	t := h.env.tiers
+	t := h.env.Tiers
 	o := &tiers.OrphanTape{Since: time.Now()}
 	contiguous := true
 	for _, b := range h.blocks {
@@ -36,9 +36,9 @@ func (h *hotSet) orphanBlocks() {
 			h.dropCopy(b)
 			continue
 		}
-		o.Blocks = append(o.Blocks, shm.Meta{ID: b.id, Session: h.sess.id, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
+		o.Blocks = append(o.Blocks, shm.Meta{ID: b.id, Session: h.sessionID, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
 			SegID: b.segID, Pos: int32(b.pos0), NTokens: b.n})
-		o.Tokens = append(o.Tokens, h.sess.tape[b.vstart:b.vstart+b.n]...)
+		o.Tokens = append(o.Tokens, h.tape.Tokens[b.vstart:b.vstart+b.n]...)
 	}
 	t.KeepOrphan(o)
 }
@@ -47,11 +47,11 @@ func (h *hotSet) orphanBlocks() {
 // blocks become the session's parked blocks, and the sinks, pinned blocks
 // and the recent window come back into the engine. The stream is then cut
 // to its first upto tokens (a block boundary). The caller holds the
-// slot token and the session is resident.
-func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
-	t, hc, sess := h.env.tiers, h.env.hot, h.sess
+// engine token and the session is resident.
+func (h *hotSet) AdoptOrphan(i, upto int) (int, int, error) {
+	t, hc, tape := h.env.Tiers, h.env.Hot, h.tape
 	o := t.TakeOrphan(i)
-	if err := h.clear(); err != nil {
+	if err := h.Clear(); err != nil {
 		return 0, 0, err
 	}
 	v := 0
@@ -62,9 +62,9 @@ func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
 		h.blocks = append(h.blocks, b)
 		v += b.n
 	}
-	sess.tape = append(sess.tape[:0], o.Tokens...)
-	sess.spans = []span{{seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, start: 0, end: len(o.Tokens)}}
-	h.tailV, h.tailP = len(sess.tape), 0
+	tape.Tokens = append(tape.Tokens[:0], o.Tokens...)
+	tape.Spans = []Span{{Seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, Start: 0, End: len(o.Tokens)}}
+	h.tailV, h.tailP = len(tape.Tokens), 0
 	// Bring back what must be hot (policy.PlanAdoption decides): sinks
 	// and pinned blocks, then the most recent blocks that fit the recent
 	// window, in stream order.
@@ -73,7 +73,7 @@ func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
 		cands[k] = policy.HotBlock{ID: b.id, Tokens: b.n, Class: b.class, Kind: b.kind, Seq: b.seq, Pinned: b.pinned}
 	}
 	want := map[uint64]bool{}
-	for _, id := range policy.PlanAdoption(policy.AdoptInput{Blocks: cands, SinkTokens: hc.sinks, RecentTokens: hc.recent, RoomTokens: hc.limits().AdoptRoom()}) {
+	for _, id := range policy.PlanAdoption(policy.AdoptInput{Blocks: cands, SinkTokens: hc.Sinks, RecentTokens: hc.Recent, RoomTokens: hc.Limits().AdoptRoom()}) {
 		want[id] = true
 	}
 	pos := 0
@@ -84,7 +84,7 @@ func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
 		}
 		var err error
 		if kv, err = t.ReadParked(b.id, kv[:0]); err == nil {
-			err = t.Insert(h.env.ectx, b.id, engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}, pos)
+			err = t.Insert(h.env.Engine, b.id, engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}, pos)
 		}
 		if err != nil {
 			h.note(fmt.Sprintf("resumed block %d not brought back: %v", b.id, err))
@@ -95,9 +95,9 @@ func (h *hotSet) adoptOrphan(i, upto int) (int, int, error) {
 		h.admissions++
 	}
 	h.tailP = pos
-	sess.logitsAt = -1
-	h.note(fmt.Sprintf("resumed %d tokens (%d blocks) parked in the arena by a closed session or an earlier ctxd", len(sess.tape), len(h.blocks)))
-	n, err := h.cut(upto)
+	tape.LogitsAt = -1
+	h.note(fmt.Sprintf("resumed %d tokens (%d blocks) parked in the arena by a closed session or an earlier ctxd", len(tape.Tokens), len(h.blocks)))
+	n, err := h.Cut(upto)
 	if err != nil {
 		return 0, 0, err
 	}
