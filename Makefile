@@ -26,7 +26,7 @@ export CTXD_TRACES  := $(TRACES)
 # eBPF probes; ctxbench: benchmarks, evaluations, gen-model (links the engine).
 BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace bin/ctxbench
 
-.PHONY: all build deps headers test test-short vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
+.PHONY: all build deps headers test test-short test-fake vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
 
 all: build
 
@@ -89,6 +89,13 @@ h200-pack: headers
 
 test-short: headers
 	$(GO) test -short -count=1 ./...
+
+# test-fake runs the daemon's unit tests on the pure-Go fake engine
+# (sidecar/fake_*_test.go, engine/enginefake) and the fake's own tests:
+# seconds, no model file.
+test-fake: headers
+	$(GO) test -count=1 -run Fake ./sidecar/
+	$(GO) test -count=1 ./engine/ ./engine/enginefake/
 
 # Benchmarks print ratios measured in one run; see docs/BENCHMARKS.md.
 BENCH_CTX ?= 8192

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -19,7 +20,7 @@ func daemon() (socket string, stop func()) {
 		root, _ := testmodel.RepoRoot()
 		model = root + "/../shared/models/stories260K.gguf"
 	}
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: model, ContextTokens: 1024})
+	p, err := sidecar.StartPrivate(sidecar.Config{Engine: llama.Backend{}, ModelPath: model, ContextTokens: 1024})
 	if err != nil {
 		log.Fatal(err)
 	}

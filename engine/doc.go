@@ -1,10 +1,17 @@
-// Package engine defines what ctxd needs from an inference engine: a loaded
-// model that tokenizes, and contexts that decode token batches at chosen
-// positions and move ranges of their KV cache as bytes.
+// Package engine defines what ctxd needs from an inference engine, and is
+// the daemon's only door to one: a Backend that plans placement (Placer),
+// loads models (Loader), describes its build and knows the layout of its
+// state blobs (BlobCodec); a loaded Model that tokenizes; and Contexts that
+// decode token batches at chosen positions and move ranges of their KV
+// cache as bytes.
 //
 // The interfaces carry tensor mechanics only; every decision about what to
 // keep, evict or reuse is made in package policy and carried out by the
-// sidecar. The llama.cpp adapter lives in engine/llama.
+// sidecar, which is handed a Backend in its configuration and imports no
+// implementation. engine/llama is the llama.cpp (cgo) implementation;
+// engine/enginefake is a pure-Go one for the daemon's unit tests. Optional
+// capabilities (attention.go) are interfaces a Context may also implement,
+// found with a type assertion.
 //
 // Invariants every implementation keeps:
 //   - No call can abort the process: preconditions (sequence ids, position
@@ -18,4 +25,14 @@
 //   - Tokenize never maps text to a control token: special-token texts stay
 //     text. Only TokenizeSpecial parses them, and the sidecar calls it only
 //     on a segment's control spans (a chat template's own markers).
+//   - A blob is only put back into a context like the one that made it;
+//     BlobCodec's rewrites are exact (FromTokenMajor(TokenMajor(b)) == b).
+//   - Blocking calls take a context: Decode between batches, Load while
+//     the file is read and between the engine's progress reports.
+//
+// Files: backend.go (Backend, Placer, Loader, BlobCodec, ChooseDevice),
+// engine.go (Model, Context, Sampler, Facts, sentinel errors), device.go
+// (devices, placement, a model file's layout), attention.go (optional
+// QueryCapturer and KeyReader), posset.go (PosSet, the occupied positions
+// adapters validate against).
 package engine

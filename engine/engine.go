@@ -63,8 +63,11 @@ type ContextOptions struct {
 	DecodeThreads int // single-token steps; 0 = Threads
 }
 
-// Model is a loaded model file.
+// Model is a loaded model file. The slot reads its Facts and makes its one
+// Context; sessions tokenize their segments and turn generated tokens into
+// text.
 type Model interface {
+	// Facts describes the model; it never changes after the load.
 	Facts() Facts
 	// Tokenize turns text into tokens; addBOS prepends BOS when the model
 	// uses it. Special-token texts in text stay text: user text can never
@@ -79,7 +82,12 @@ type Model interface {
 	Piece(t Token) string
 	// IsEOG reports whether t ends generation.
 	IsEOG(t Token) bool
+	// NewContext makes a KV cache with at least two sequences (SessionSeq,
+	// ScratchSeq); unusable options wrap ErrInvalidArgument, a cache that
+	// cannot be allocated ErrContextFull.
 	NewContext(opts ContextOptions) (Context, error)
+	// Close frees the model; it fails (ErrInvalidArgument) while contexts
+	// made from it are open.
 	Close() error
 }
 
@@ -96,8 +104,16 @@ type SeqState struct {
 	Blob      []byte
 }
 
-// Context is one KV cache with decode.
+// Context is one KV cache with decode. Its methods fall in three groups by
+// caller: decoding and sampling (a session's prefill and Decode), moving
+// ranges of sequence 0 (the hot set: eviction, retrieval, compaction;
+// snapshots), and whole-sequence moves (parking a dense session). Every
+// position argument is checked against what sequence 0 holds: a range
+// outside it, or onto occupied positions, wraps ErrInvalidArgument and
+// changes nothing. engine/enginefake implements the same checks in Go.
 type Context interface {
+	// Options returns the options the context was made with, defaults
+	// filled.
 	Options() ContextOptions
 	// Decode runs tokens at positions pos0.. in sequence 0 and keeps the
 	// logits of the last token. It stops between and inside batches when
@@ -105,32 +121,48 @@ type Context interface {
 	Decode(ctx context.Context, tokens []Token, pos0 int) error
 	// Logits of the last decoded token; valid until the next Decode.
 	Logits() []float32
-	// Sample picks the next token from the last logits with s.
+	// Sample picks the next token from the last logits with s; -1 when
+	// there are none or s is not this engine's.
 	Sample(s Sampler) Token
+	// NewSampler makes a sampler chain; bad parameters wrap
+	// ErrInvalidArgument.
 	NewSampler(p SamplingParams) (Sampler, error)
 
 	// Used is the number of occupied positions of sequence 0.
 	Used() int
-	// Occupied reports whether position p of sequence 0 holds a token.
-	Occupied(p int) bool
+
+	// Range moves. Each leaves no logits (Logits returns nil until the
+	// next Decode).
+
 	// Remove drops positions [p0,p1) of sequence 0 (p1 < 0: to the end)
 	// and returns how many tokens were dropped.
 	Remove(p0, p1 int) (int, error)
-	// Shift moves positions [p0,p1) of sequence 0 by delta.
+	// Shift moves positions [p0,p1) of sequence 0 by delta onto free,
+	// non-negative positions; ErrNoShift when the model cannot move
+	// positions (Facts.CanShift false).
 	Shift(p0, p1, delta int) error
-	// ExtractRange copies positions [p0,p1) of sequence 0 out as bytes;
-	// the range stays in the KV.
+	// ExtractRange copies the fully occupied positions [p0,p1) of
+	// sequence 0 out as bytes; the range stays in the KV.
 	ExtractRange(p0, p1 int) (Range, error)
-	// InsertRange puts r back into sequence 0 starting at position at.
+	// InsertRange puts r back into sequence 0 at [at, at+r.Count), onto
+	// free positions; at != r.Pos0 needs Facts.CanShift (ErrNoShift).
+	// Bytes that are not a range of a context like this one wrap
+	// ErrInvalidArgument; no room wraps ErrContextFull.
 	InsertRange(r Range, at int) error
-	// Copy duplicates positions [p0,p1) of sequence 0 at [at, at+p1-p0).
-	Copy(p0, p1, at int) error
+
+	// Whole-sequence moves.
+
+	// SaveSeq copies the whole of sequence 0 out (empty: a zero SeqState).
 	SaveSeq() (SeqState, error)
-	// LoadSeq replaces sequence 0 with s.
+	// LoadSeq replaces sequence 0 with s; sequence 0 is emptied first, so
+	// a refused state (ErrInvalidArgument, ErrContextFull) leaves it empty.
 	LoadSeq(s SeqState) error
+	// Clear empties every sequence.
 	Clear()
-	// Memory reports where the context's KV and compute buffers live.
+	// Memory reports where the context's KV and compute buffers live
+	// (Status).
 	Memory() ContextMemory
+	// Close frees the context; calls after it return ErrClosed.
 	Close() error
 }
 

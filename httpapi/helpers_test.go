@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -59,6 +60,7 @@ func startDoorWith(t *testing.T, sc sidecar.Config, hc Config, wrap func(Backend
 		sc.TurnLatency = -1 // no prefill timing at load: tests need no latency bound
 	}
 	sc.Logger = testLogger(t)
+	sc.Engine = llama.Backend{}
 	p, err := sidecar.StartPrivate(sc)
 	if err != nil {
 		t.Fatal(err)

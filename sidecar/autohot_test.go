@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
@@ -12,7 +13,7 @@ import (
 // budget (memory permitting), so sessions run through the hot set.
 func TestHotAutoDerivesTheBudget(t *testing.T) {
 	dir := t.TempDir()
-	srv, err := New(context.Background(), Config{ModelPath: testmodel.Stories(t), HotTokens: HotAuto, TurnLatency: -1, ArenaBytes: 16 << 20, NoCold: true,
+	srv, err := New(context.Background(), Config{Engine: llama.Backend{}, ModelPath: testmodel.Stories(t), HotTokens: HotAuto, TurnLatency: -1, ArenaBytes: 16 << 20, NoCold: true,
 		DataDir: dir, SocketPath: dir + "/s.sock"})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
@@ -69,6 +70,10 @@ type Config struct {
 	TurnLatency      time.Duration
 	TurnSuffixTokens int
 	Logger           *slog.Logger
+	// Engine is the inference engine, the daemon's only door to native
+	// code: engine/llama's Backend in ctxd, engine/enginefake's in unit
+	// tests. Required by New.
+	Engine engine.Backend
 	// Version is reported in HelloReply and Status.
 	Version string
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/ctxd/ctxd/engine"
-	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -40,18 +39,18 @@ func planDevice(cfg *Config, path string, contextTokens int, kv policy.KVType) (
 	if cfg.BackendDir != "" {
 		// Already-loaded folders are remembered; a folder without backends
 		// leaves the CPU, which ChooseDevice reports below.
-		if err := llama.LoadBackends(cfg.BackendDir); err != nil && !errors.Is(err, llama.ErrNoBackends) {
+		if err := cfg.Engine.LoadBackends(cfg.BackendDir); err != nil && !errors.Is(err, engine.ErrNoBackends) {
 			return devicePlan{}, fmt.Errorf("%w: %v", protocol.ErrInternal, err)
 		}
 	}
-	dev, ok, reason, err := llama.ChooseDevice(cfg.Device)
+	dev, ok, reason, err := engine.ChooseDevice(cfg.Engine.Devices(), cfg.Device)
 	if err != nil {
 		return devicePlan{}, fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
 	}
 	if !ok {
 		return devicePlan{reason: reason}, nil
 	}
-	layout, err := llama.ReadLayout(path)
+	layout, err := cfg.Engine.ReadLayout(path)
 	if err != nil {
 		// llama.cpp judges the file when it loads it; what ctxd's own
 		// reader could not size stays on the CPU, with the reason.

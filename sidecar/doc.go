@@ -3,6 +3,13 @@
 // Unix socket, and carries out what package policy decides through package
 // engine.
 //
+// The engine is reached only through the engine.Backend of Config.Engine
+// (engine/llama's in ctxd): the package imports no engine implementation
+// and no cgo package (TestEngineIsTheOnlyDoor). Its unit tests run on
+// engine/enginefake through Server.Handle in seconds (fake_*_test.go;
+// `go test ./sidecar -run Fake`, make test-fake); the other tests are
+// integration tests on real models over the socket.
+//
 // Invariants:
 //   - One owner: a Server holds an exclusive lock on its data directory for
 //     its whole life; a second Server on the same directory refuses to

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -137,7 +136,7 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 		UptimeMs:       time.Since(srv.started).Milliseconds(),
 		KvType:         srv.cfg.KVType.String(),
 		FlashAttention: srv.cfg.FlashAttention,
-		SystemInfo:     llama.SystemInfo(),
+		SystemInfo:     srv.cfg.Engine.SystemInfo(),
 		Cold:           srv.ssdStatus(),
 	}
 	srv.mu.Lock()

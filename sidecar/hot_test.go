@@ -200,7 +200,7 @@ func TestNeedleRecallNeedsRetrieval(t *testing.T) {
 
 func TestHotBudgetTooSmallRefused(t *testing.T) {
 	dir := t.TempDir()
-	_, err := New(context.Background(), Config{ModelPath: testmodel.Needle(t), HotTokens: 100, DataDir: dir, SocketPath: dir + "/s.sock"})
+	_, err := New(context.Background(), Config{Engine: llama.Backend{}, ModelPath: testmodel.Needle(t), HotTokens: 100, DataDir: dir, SocketPath: dir + "/s.sock"})
 	if !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v", err)
 	}

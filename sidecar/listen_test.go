@@ -10,13 +10,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/protocol"
 )
 
 // modelless is a server without a model, for tests of its socket.
 func modelless(t *testing.T, socket string) *Server {
 	t.Helper()
-	srv, err := New(context.Background(), Config{SocketPath: socket, DataDir: filepath.Join(t.TempDir(), "data"), NoCold: true,
+	srv, err := New(context.Background(), Config{Engine: llama.Backend{}, SocketPath: socket, DataDir: filepath.Join(t.TempDir(), "data"), NoCold: true,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

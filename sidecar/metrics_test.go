@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/protocol"
 )
 
@@ -144,7 +145,7 @@ func TestMetricsHTTPListener(t *testing.T) {
 
 	// A taken port: Serve fails with ErrConfig naming the address.
 	dir := t.TempDir()
-	cfg := Config{SocketPath: filepath.Join(dir, "s.sock"), DataDir: filepath.Join(dir, "d"), MetricsAddr: addr,
+	cfg := Config{Engine: llama.Backend{}, SocketPath: filepath.Join(dir, "s.sock"), DataDir: filepath.Join(dir, "d"), MetricsAddr: addr,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	srv, err := New(context.Background(), cfg)
 	if err != nil {

@@ -50,6 +50,9 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
+	if cfg.Engine == nil {
+		return nil, fmt.Errorf("%w: no engine (Config.Engine; ctxd passes engine/llama's Backend)", ErrConfig)
+	}
 	owner, err := acquireOwner(cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -59,7 +62,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		sessions: map[uint64]*session{}, conns: map[uint64]*conn{},
 	}
 	srv.metrics = newMetrics(srv.sessionCount)
-	srv.tiers = tiers.New(cfg.Logger, srv.metrics)
+	srv.tiers = tiers.New(cfg.Logger, srv.metrics, cfg.Engine.BlobCodec())
 	srv.slot = newSlot(cfg.Logger, srv.tiers)
 	srv.snaps = snapshot.New(cfg.Logger, srv.tiers, srv.metrics, cfg.AutoSnapshots)
 	srv.tiers.OpenSSD(ctx, cfg.ssdConfig())

@@ -46,6 +46,9 @@ func startServer(t *testing.T, cfg Config) *testServer {
 		cfg.DataDir = filepath.Join(dir, "data")
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	if cfg.Engine == nil {
+		cfg.Engine = llama.Backend{}
+	}
 	backend, backendDir := testmodel.Backend(t)
 	if backend != "" && cfg.Device == "" {
 		cfg.BackendDir, cfg.Device = backendDir, backend
@@ -311,12 +314,12 @@ func TestModelBusyWhileSessionsOpen(t *testing.T) {
 
 func TestSecondOwnerRefused(t *testing.T) {
 	ts := startServer(t, Config{})
-	_, err := New(context.Background(), Config{DataDir: ts.cfg.DataDir, SocketPath: filepath.Join(t.TempDir(), "other.sock")})
+	_, err := New(context.Background(), Config{Engine: llama.Backend{}, DataDir: ts.cfg.DataDir, SocketPath: filepath.Join(t.TempDir(), "other.sock")})
 	if !errors.Is(err, ErrAlreadyRunning) {
 		t.Fatalf("second owner: %v", err)
 	}
 	// A second server on the same socket (other data dir) is refused too.
-	other, err := New(context.Background(), Config{DataDir: t.TempDir(), SocketPath: ts.socket})
+	other, err := New(context.Background(), Config{Engine: llama.Backend{}, DataDir: t.TempDir(), SocketPath: ts.socket})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/engine"
-	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/shm"
@@ -82,10 +81,12 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	m, err := llama.LoadWith(o.path, plan.modelOptions())
+	m, err := o.cfg.Engine.Load(ctx, o.path, plan.modelOptions())
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("%w: model file %s", protocol.ErrNotFound, o.path)
+	case err != nil && ctx.Err() != nil:
+		return "", fmt.Errorf("%w: loading %s: %w", protocol.ErrCancelled, o.path, err)
 	case err != nil:
 		return "", fmt.Errorf("%w: %w", protocol.ErrBadModel, err)
 	}

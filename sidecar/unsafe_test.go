@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 )
 
@@ -44,7 +45,7 @@ func untouched(t *testing.T, dir string) {
 func TestSymlinkedArenaRefused(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	target := linkedDir(t, data, "shm")
-	_, err := New(context.Background(), Config{ModelPath: testmodel.Needle(t), HotTokens: 256, ContextTokens: 256, ArenaBytes: 2 << 20,
+	_, err := New(context.Background(), Config{Engine: llama.Backend{}, ModelPath: testmodel.Needle(t), HotTokens: 256, ContextTokens: 256, ArenaBytes: 2 << 20,
 		NoCold: true, DataDir: data, SocketPath: filepath.Join(t.TempDir(), "s.sock"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if !errors.Is(err, ErrUnsafeFolder) {
 		t.Fatalf("symlinked arena folder: %v, want ErrUnsafeFolder", err)

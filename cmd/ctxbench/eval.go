@@ -318,6 +318,7 @@ func dropAsk(ctx context.Context, s *client.Session, next ask) error {
 // the previous ask before the next. It returns per needle kind (text or
 // not) one result per mode.
 func recallScorers(ctx context.Context, e *cli.Env, cfg sidecar.Config, srcs *needleSources, sh trialShape, trials int, seed int64, modes []policy.ScorerSet) (map[bool][]*scorerResult, map[bool]int, time.Duration, error) {
+	cfg.Engine = llama.Backend{}
 	p, err := sidecar.StartPrivate(cfg)
 	if err != nil {
 		return nil, nil, 0, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
@@ -34,7 +35,7 @@ func benchFair(ctx context.Context, e *cli.Env, args []string) error {
 	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: *model, ContextTokens: *ctxTokens, HotTokens: *hot, Threads: *threads, Version: "ctxbench-private", NoCold: true})
+	p, err := sidecar.StartPrivate(sidecar.Config{Engine: llama.Backend{}, ModelPath: *model, ContextTokens: *ctxTokens, HotTokens: *hot, Threads: *threads, Version: "ctxbench-private", NoCold: true})
 	if err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/chat"
 	"github.com/ctxd/ctxd/internal/cli"
@@ -452,7 +453,7 @@ type httpDaemon struct {
 }
 
 func startHTTPDaemon(model, name string, cfg sidecar.Config) (*httpDaemon, error) {
-	cfg.ModelPath, cfg.Version = model, "ctxbench-private"
+	cfg.ModelPath, cfg.Version, cfg.Engine = model, "ctxbench-private", llama.Backend{}
 	p, err := sidecar.StartPrivate(cfg)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/policy"
@@ -20,8 +21,12 @@ import (
 
 // withDevice fills where a private daemon runs the model from the
 // environment ctxd reads too: CTXD_BACKEND_DIR (default: the backends
-// folder beside this binary), CTXD_DEVICE and CTXD_GPU_LAYERS.
+// folder beside this binary), CTXD_DEVICE and CTXD_GPU_LAYERS; and the
+// engine, llama.cpp, when unset.
 func withDevice(cfg sidecar.Config) sidecar.Config {
+	if cfg.Engine == nil {
+		cfg.Engine = llama.Backend{}
+	}
 	if cfg.BackendDir == "" {
 		cfg.BackendDir = os.Getenv("CTXD_BACKEND_DIR")
 		if cfg.BackendDir == "" {

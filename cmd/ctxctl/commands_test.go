@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -19,7 +20,7 @@ func ctl(t *testing.T, args ...string) (int, string, string) {
 }
 
 func TestCommandsAgainstADaemon(t *testing.T) {
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: testmodel.Stories(t), ContextTokens: 1024})
+	p, err := sidecar.StartPrivate(sidecar.Config{Engine: llama.Backend{}, ModelPath: testmodel.Stories(t), ContextTokens: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/clientconv"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/policy"
@@ -133,7 +134,7 @@ func TestWriteExplainPNG(t *testing.T) {
 // TestExplainPNGAgainstADaemon: a hot-set session on a private daemon,
 // drawn by ctxctl explain --png.
 func TestExplainPNGAgainstADaemon(t *testing.T) {
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: testmodel.Stories(t), ContextTokens: 256, HotTokens: 256, Window: 256, ArenaBytes: 64 << 20})
+	p, err := sidecar.StartPrivate(sidecar.Config{Engine: llama.Backend{}, ModelPath: testmodel.Stories(t), ContextTokens: 256, HotTokens: 256, Window: 256, ArenaBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -18,7 +19,7 @@ func TestReplayJSONAgainstADaemon(t *testing.T) {
 		{"role": "assistant", "content": "open math.py"},
 		{"role": "user", "content": "def add(a, b): return a - b"},
 		{"role": "assistant", "content": "edit the sign"}]}`), 0o600)
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: testmodel.Stories(t), ContextTokens: 512, NoCold: true})
+	p, err := sidecar.StartPrivate(sidecar.Config{Engine: llama.Backend{}, ModelPath: testmodel.Stories(t), ContextTokens: 512, NoCold: true})
 	if err != nil {
 		t.Fatal(err)
 	}

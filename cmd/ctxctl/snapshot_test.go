@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
 func TestSnapshotCommandsRoundTrip(t *testing.T) {
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: testmodel.Stories(t), ContextTokens: 8192, IdleSnapshot: -1})
+	p, err := sidecar.StartPrivate(sidecar.Config{Engine: llama.Backend{}, ModelPath: testmodel.Stories(t), ContextTokens: 8192, IdleSnapshot: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

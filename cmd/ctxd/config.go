@@ -14,6 +14,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/sidecar"
@@ -67,6 +68,7 @@ type config struct {
 // `--no-retrieval` the scorer set "none".
 func (c *config) serverConfig() sidecar.Config {
 	sc := c.server
+	sc.Engine = llama.Backend{}
 	if sc.SinkTokens == 0 {
 		sc.SinkTokens = sidecar.NoSinks
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/sidecar"
 	"github.com/ctxd/ctxd/tools/ctxtrace"
@@ -24,7 +25,7 @@ func trace(t *testing.T, args ...string) (int, string, string) {
 
 func startDaemon(t *testing.T) *sidecar.Private {
 	t.Helper()
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: testmodel.Stories(t), ContextTokens: 512})
+	p, err := sidecar.StartPrivate(sidecar.Config{Engine: llama.Backend{}, ModelPath: testmodel.Stories(t), ContextTokens: 512})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,6 @@ static int ctxd_route_base_log(const char *path) {
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,8 +38,9 @@ import (
 	"github.com/ctxd/ctxd/engine"
 )
 
-// ErrNoBackends reports a backend folder holding no loadable backend.
-var ErrNoBackends = errors.New("llama: no GPU backend library")
+// ErrNoBackends reports a backend folder holding no loadable backend; it
+// is engine.ErrNoBackends.
+var ErrNoBackends = engine.ErrNoBackends
 
 // backends records the folders already loaded: ggml keeps a backend
 // registered for the life of the process, so a folder is loaded once.

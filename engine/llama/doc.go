@@ -1,5 +1,6 @@
 // Package llama is ctxd's own cgo binding to llama.cpp's public llama.h,
-// implementing engine.Model and engine.Context.
+// implementing engine.Backend (Backend, the value cmd/ctxd configures the
+// daemon with), engine.Model and engine.Context.
 //
 // llama.cpp itself is compiled by github.com/ollama/ollama/llama, imported
 // only so that it is linked in; the include paths for llama.h and ggml.h
@@ -22,11 +23,15 @@
 //     only when LoadWith names it, and Facts().Placement reports what
 //     llama.cpp's buffer reports say was allocated there, never what was
 //     asked for. The KV cache follows its layers (offload_kqv).
+//   - A load (LoadContext) is abandoned when its context ends: while the
+//     file is hashed, and at llama.cpp's next progress report (its
+//     progress callback returns false); nothing of the model is kept.
 //   - Each context owns a ggml threadpool with poll 0 (idle workers sleep)
 //     and sets its thread count before every llama_decode from the cores
 //     free at that moment (policy.ComputeThreads).
 //
-// Files: cgo.go (cgo flags, llama.cpp's log), backend.go (loading GPU
+// Files: engine.go (Backend and BlobCodec: the package as an
+// engine.Backend), cgo.go (cgo flags, llama.cpp's log), backend.go (loading GPU
 // backend libraries), choose.go (choosing a device), layout.go (a model
 // file's per-layer sizes, read before loading), model.go (Model: loading,
 // tokenizing), context.go (Context: decoding, threadpool), kv.go (KV range

@@ -2,12 +2,26 @@ package llama
 
 /*
 #include <stdlib.h>
+#include <stdint.h>
 #include "llama.h"
+
+// A load is abandoned when its flag is set: llama.cpp stops at its next
+// progress report when the callback returns false.
+static bool ctxd_load_progress(float progress, void *data) {
+	(void)progress;
+	return __atomic_load_n((int32_t *)data, __ATOMIC_RELAXED) == 0;
+}
+static void ctxd_attach_load_abort(struct llama_model_params *p, int32_t *flag) {
+	p->progress_callback = ctxd_load_progress;
+	p->progress_callback_user_data = flag;
+}
+static void ctxd_set_load_abort(int32_t *flag) { __atomic_store_n(flag, 1, __ATOMIC_RELAXED); }
 */
 import "C"
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -39,17 +53,27 @@ func Load(path string) (*Model, error) {
 	return LoadWith(path, engine.ModelOptions{})
 }
 
-// LoadWith reads a GGUF file, placing o.GPULayers transformer blocks on
+// LoadWith is LoadContext without a deadline.
+func LoadWith(path string, o engine.ModelOptions) (*Model, error) {
+	return LoadContext(context.Background(), path, o)
+}
+
+// LoadContext reads a GGUF file, placing o.GPULayers transformer blocks on
 // o.Device (a device of a backend registered by LoadBackends). The file is
 // checked (readable, GGUF magic, a decoder-only attention model) before
 // llama.cpp parses it; failures wrap engine.ErrBadModel or, for a missing
 // file, os.ErrNotExist; an unknown device wraps engine.ErrInvalidArgument.
+// When ctx ends, hashing the file stops and llama.cpp abandons the load at
+// its next progress report; the error then wraps ctx.Err().
 // Facts().Placement reports what llama.cpp actually allocated where.
-func LoadWith(path string, o engine.ModelOptions) (*Model, error) {
+func LoadContext(ctx context.Context, path string, o engine.ModelOptions) (*Model, error) {
 	backendInit()
-	digest, err := fileDigest(path)
+	digest, err := fileDigest(ctx, path)
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("loading %s: %w", path, err)
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
@@ -77,8 +101,22 @@ func LoadWith(path string, o engine.ModelOptions) (*Model, error) {
 		mp.n_gpu_layers = 0
 	}
 	mp.devices = &devs[0]
+	abort := (*C.int32_t)(C.calloc(1, 4))
+	defer C.free(unsafe.Pointer(abort))
+	C.ctxd_attach_load_abort(&mp, abort)
+	aborted := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		C.ctxd_set_load_abort(abort)
+		close(aborted)
+	})
 	var m *C.struct_llama_model
 	bufs := captureBuffers(func() { m = C.llama_model_load_from_file(cpath, mp) })
+	if !stop() {
+		<-aborted // the flag is written before it is freed
+		if m == nil {
+			return nil, fmt.Errorf("loading %s: %w", path, ctx.Err())
+		}
+	}
 	if m == nil {
 		return nil, fmt.Errorf("%w: llama.cpp could not load %s (corrupt, truncated or unsupported; see the log)", engine.ErrBadModel, path)
 	}
@@ -175,7 +213,7 @@ func (md *Model) probeShift() bool {
 	return bool(C.llama_memory_can_shift(C.llama_get_memory(ctx)))
 }
 
-func fileDigest(path string) (string, error) {
+func fileDigest(ctx context.Context, path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -197,10 +235,26 @@ func fileDigest(path string) (string, error) {
 	}
 	h := sha256.New()
 	h.Write(magic)
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
+		if cerr := ctx.Err(); cerr != nil {
+			return "", fmt.Errorf("hashing %s: %w", path, cerr)
+		}
 		return "", fmt.Errorf("%w: reading %s: %v", engine.ErrBadModel, path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ctxReader reads r until ctx ends.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }
 
 // Facts describes the model.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/client"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/internal/trace"
 	"github.com/ctxd/ctxd/sidecar"
@@ -15,7 +16,7 @@ import (
 
 func start(t *testing.T, ctxTokens int) *client.Client {
 	t.Helper()
-	p, err := sidecar.StartPrivate(sidecar.Config{ModelPath: testmodel.Stories(t), ContextTokens: ctxTokens})
+	p, err := sidecar.StartPrivate(sidecar.Config{Engine: llama.Backend{}, ModelPath: testmodel.Stories(t), ContextTokens: ctxTokens})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/ctxd/ctxd/coldstore"
-	"github.com/ctxd/ctxd/engine/llama"
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 )
@@ -22,7 +22,7 @@ import (
 //	"ctxdkvE2"            8-byte magic
 //	u32 n                 number of parts
 //	n × u32               each part's length, bit 31 set when the part is
-//	                      llama.TokenMajor's rewrite of the engine's bytes
+//	                      the engine's BlobCodec.TokenMajor rewrite of its bytes
 //	                      (a transposed V stored token by token, which
 //	                      compresses better; the length is unchanged)
 //	zero padding          to a multiple of 8 bytes (keeps f16 planes aligned)
@@ -43,8 +43,8 @@ const (
 )
 
 // EncodeBlob lays parts out for the SSD tier, rewriting each one
-// token-major on its own when it has a transposed V.
-func EncodeBlob(parts [][]byte) []byte {
+// token-major on its own (codec.TokenMajor) where that changes it.
+func EncodeBlob(codec engine.BlobCodec, parts [][]byte) []byte {
 	head := 8 + 4 + 4*len(parts)
 	head = (head + 7) &^ 7
 	n := head
@@ -55,7 +55,7 @@ func EncodeBlob(parts [][]byte) []byte {
 	copy(out, envelope)
 	binary.LittleEndian.PutUint32(out[8:], uint32(len(parts)))
 	for i, p := range parts {
-		tm, changed := llama.TokenMajor(p)
+		tm, changed := codec.TokenMajor(p)
 		entry := uint32(len(p))
 		if changed {
 			entry |= partRewritten
@@ -67,8 +67,8 @@ func EncodeBlob(parts [][]byte) []byte {
 }
 
 // DecodeBlob restores the engine's bytes of a blob read from the SSD
-// tier.
-func DecodeBlob(stored []byte) ([]byte, error) {
+// tier (codec.FromTokenMajor for the parts that were rewritten).
+func DecodeBlob(codec engine.BlobCodec, stored []byte) ([]byte, error) {
 	bad := func(format string, args ...any) ([]byte, error) {
 		return nil, fmt.Errorf("%w: SSD-tier blob: %s", protocol.ErrInternal, fmt.Sprintf(format, args...))
 	}
@@ -91,7 +91,7 @@ func DecodeBlob(stored []byte) ([]byte, error) {
 		}
 		part := body[off : off+size]
 		if entry&partRewritten != 0 {
-			raw, err := llama.FromTokenMajor(part)
+			raw, err := codec.FromTokenMajor(part)
 			if err != nil {
 				return bad("part %d: %v", i, err)
 			}

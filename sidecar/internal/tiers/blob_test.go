@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/ctxd/ctxd/engine/enginefake"
 	"github.com/ctxd/ctxd/protocol"
 )
 
@@ -13,16 +14,16 @@ import (
 // never wrong bytes.
 func TestBlobEnvelopeRoundTrip(t *testing.T) {
 	parts := [][]byte{[]byte("first part"), {}, bytes.Repeat([]byte{7}, 1000)}
-	enc := EncodeBlob(parts)
+	enc := EncodeBlob(enginefake.Codec{}, parts)
 	if (len(enc)-len(bytes.Join(parts, nil)))%8 != 0 {
 		t.Fatalf("header of %d bytes is not 8-byte aligned", len(enc)-len(bytes.Join(parts, nil)))
 	}
-	got, err := DecodeBlob(enc)
+	got, err := DecodeBlob(enginefake.Codec{}, enc)
 	if err != nil || !bytes.Equal(got, bytes.Join(parts, nil)) {
 		t.Fatalf("round trip: %v, %d bytes", err, len(got))
 	}
 	for _, bad := range [][]byte{nil, enc[:12], append([]byte("ctxdkvR1"), enc[8:]...), enc[:len(enc)-1], append(append([]byte(nil), enc...), 0)} {
-		if _, err := DecodeBlob(bad); !errors.Is(err, protocol.ErrInternal) {
+		if _, err := DecodeBlob(enginefake.Codec{}, bad); !errors.Is(err, protocol.ErrInternal) {
 			t.Errorf("damaged envelope (%d bytes): %v, want ErrInternal", len(bad), err)
 		}
 	}

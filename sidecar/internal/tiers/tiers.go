@@ -41,8 +41,9 @@ func (t Tier) String() string {
 // (coldstore.Store is safe for concurrent use), Status and FetchAll's
 // reader.
 type Tiers struct {
-	log *slog.Logger
-	obs Observer
+	log   *slog.Logger
+	obs   Observer
+	codec engine.BlobCodec // the engine's state-blob layout, for the SSD envelope
 
 	ssd    *coldstore.Store // nil when off
 	ssdDir string
@@ -56,8 +57,11 @@ type Tiers struct {
 }
 
 // New returns tiers with neither an SSD tier (OpenSSD) nor an arena
-// (Attach); obs records what they do.
-func New(log *slog.Logger, obs Observer) *Tiers { return &Tiers{log: log, obs: obs} }
+// (Attach); obs records what they do, codec lays the engine's blobs out
+// for the SSD tier.
+func New(log *slog.Logger, obs Observer, codec engine.BlobCodec) *Tiers {
+	return &Tiers{log: log, obs: obs, codec: codec}
+}
 
 // SSDConfig says where the SSD tier lives.
 type SSDConfig struct {
@@ -261,7 +265,7 @@ func (t *Tiers) Store(ctx context.Context, key coldstore.Key, meta coldstore.Blo
 	if t.ssd.Has(key) {
 		return false, nil
 	}
-	stored := EncodeBlob(parts)
+	stored := EncodeBlob(t.codec, parts)
 	err := t.ssd.Enqueue(key, meta, stored)
 	if errors.Is(err, coldstore.ErrQueueFull) {
 		err = t.ssd.Put(ctx, key, meta, stored)
@@ -321,7 +325,7 @@ func (t *Tiers) ReadSSD(ctx context.Context, key coldstore.Key, id uint64) ([]by
 	_, stored, err := t.ssd.Get(ctx, key)
 	var blob []byte
 	if err == nil {
-		blob, err = DecodeBlob(stored)
+		blob, err = DecodeBlob(t.codec, stored)
 	}
 	d := end()
 	if err == nil {

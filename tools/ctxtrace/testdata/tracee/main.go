@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
@@ -34,6 +35,7 @@ func main() {
 		go ioOnSignal(*ioFile)
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Engine = llama.Backend{}
 	srv, err := sidecar.New(context.Background(), cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tracee:", err)

@@ -1,0 +1,26 @@
+package sidecar
+
+import (
+	"context"
+
+	"github.com/ctxd/ctxd/policy"
+)
+
+// SetScorers changes which scorers rank parked blocks from the next turn
+// on, for every session (an evaluation knob: ctxbench eval recall asks the
+// same haystack with each scorer). It waits for the engine.
+func (srv *Server) SetScorers(ctx context.Context, s policy.ScorerSet) error {
+	if s.Has(policy.ScorerAttention) {
+		cfg := Config{Scorers: s.String()}
+		if _, err := cfg.ScorerSet(); err != nil {
+			return err
+		}
+	}
+	if err := srv.slot.acquire(ctx); err != nil {
+		return err
+	}
+	defer srv.slot.release()
+	srv.cfg.Scorers = s.String()
+	srv.slot.hot.Scorers = s // sessions' layouts read the slot's settings
+	return nil
+}
