@@ -71,10 +71,15 @@ func needleTurn(t *testing.T, s *client.Session, needle []int32) (float64, bool,
 // needle's block back from the SSD.
 func TestFailedSSDReadKeepsTheBlockRetrievable(t *testing.T) {
 	ts, s, needle := spillServer(t)
+	// The spills' writes land first (none is left in flight to race the
+	// swap below).
+	if err := ts.srv.tiers.SSD().Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 	blocks := filepath.Join(ts.cfg.DataDir, "cold", "blocks")
 	var files []string
 	if err := filepath.WalkDir(blocks, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
+		if err == nil && d.Type().IsRegular() && strings.HasSuffix(p, ".blk") && !strings.HasPrefix(d.Name(), ".") {
 			files = append(files, p)
 		}
 		return err

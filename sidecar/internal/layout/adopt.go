@@ -43,7 +43,7 @@ func (h *hotSet) orphanBlocks() {
 	t.KeepOrphan(o)
 }
 
-// adoptOrphan makes orphan tape i the empty hot-set session's stream: its
+// AdoptOrphan makes orphan tape i the empty hot-set session's stream: its
 // blocks become the session's parked blocks, and the sinks, pinned blocks
 // and the recent window come back into the engine. The stream is then cut
 // to its first upto tokens (a block boundary). The caller holds the

@@ -14,7 +14,7 @@ import (
 // Capture: each layout copies its KV out for a snapshot under the engine
 // token, with memory copies only (snapshot.Capture).
 
-// capture cuts the tape into blocks of snapshot.DenseBlockTokens.
+// Capture cuts the tape into blocks of snapshot.DenseBlockTokens.
 func (d *denseLayout) Capture(c *snapshot.Capture, _ *snapshot.Meta) error {
 	tape := c.Tape
 	var prev shm.Hash
@@ -31,7 +31,7 @@ func (d *denseLayout) Capture(c *snapshot.Capture, _ *snapshot.Meta) error {
 	return nil
 }
 
-// capture saves every block (parked ones in extents, spilled ones by
+// Capture saves every block (parked ones in extents, spilled ones by
 // their SSD key) and an image of what the engine holds.
 func (h *hotSet) Capture(c *snapshot.Capture, meta *snapshot.Meta) error {
 	hc, tape := h.env.Hot, c.Tape

@@ -4,7 +4,7 @@ import (
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
-// explain fills the hot-set figures and returns the tape ranges that are
+// Explain fills the hot-set figures and returns the tape ranges that are
 // in the engine.
 func (h *hotSet) Explain(rep *pb.ExplainReply) [][2]int {
 	tape := h.tape

@@ -25,8 +25,10 @@ import (
 // useful hot blocks are evicted and the rest shifted down; at each turn the
 // parked blocks are scored against the new tokens and the best are brought
 // back in bulk (policy.PlanHotSet decides, this file carries it out).
+// Parked blocks live in the tiers (package tiers): the arena, or the SSD
+// tier once a full arena spilled them.
 //
-// Invariants (checked by checkHot in tests):
+// Invariants (Check verifies them):
 //   - hot blocks and the open tail occupy disjoint position ranges that
 //     tile [0, physEnd) exactly, physEnd ≤ limit;
 //   - the tail holds tape[tailV:], at positions [tailP, physEnd);
@@ -182,7 +184,7 @@ func (h *hotSet) nextSeal() int {
 	return h.tailV + hc.Block
 }
 
-// appendTokens decodes toks after the tape, evicting hot blocks first
+// AppendTokens decodes toks after the tape, evicting hot blocks first
 // whenever the next chunk would pass the limit, and seals blocks as they
 // fill. Eviction frees room for a whole chunk at once (a quarter of the
 // hot budget), so prefill runs in large batches and positions are
@@ -452,7 +454,7 @@ func (h *hotSet) compact() error {
 	return nil
 }
 
-// cut keeps tape[:n] (rounded down to a block boundary when n falls inside
+// Cut keeps tape[:n] (rounded down to a block boundary when n falls inside
 // a sealed block) and returns the length kept.
 func (h *hotSet) Cut(n int) (int, error) {
 	tape, ectx := h.tape, h.env.Engine
@@ -492,7 +494,7 @@ func (h *hotSet) Cut(n int) (int, error) {
 	return keep, nil
 }
 
-// sync keeps the common prefix, then streams the rest in; with retrieve,
+// Sync keeps the common prefix, then streams the rest in; with retrieve,
 // parked blocks relevant to the new tokens are brought back first (once
 // per turn, in bulk).
 func (h *hotSet) Sync(ctx context.Context, target Prompt, needLogits, keepTail, retrieve bool) (SyncResult, error) {
@@ -726,7 +728,7 @@ func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 	return nil
 }
 
-// clear empties the session in the engine and frees its blocks' copies.
+// Clear empties the session in the engine and frees its blocks' copies.
 func (h *hotSet) Clear() error {
 	for _, b := range h.blocks {
 		h.dropCopy(b)
@@ -743,7 +745,7 @@ func (h *hotSet) Reset() {
 	h.resetState()
 }
 
-// release frees the blocks' SSD pins and, with keep, leaves the parked
+// Release frees the blocks' SSD pins and, with keep, leaves the parked
 // blocks as an orphan tape (adopt.go); the rest of the arena copies are
 // freed.
 func (h *hotSet) Release(keep bool) {
@@ -762,7 +764,7 @@ func (h *hotSet) Release(keep bool) {
 	h.blocks = nil
 }
 
-// orphanPrefixes are the tokens each orphan tape shares with target.
+// OrphanPrefixes are the tokens each orphan tape shares with target.
 func (h *hotSet) OrphanPrefixes(target []engine.Token) []int {
 	return h.env.Tiers.OrphanPrefixes(target)
 }
