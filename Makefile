@@ -67,7 +67,7 @@ gpu:
 
 # test-gpu runs the essential engine and sidecar tests again with every
 # layer on the backend's device; they fail when the layers are not there.
-GPU_TESTS ?= TestSnapshotFromOtherBackendIsRefused|TestFacts|TestGreedyStory|TestChunkedEqualsWhole|TestExtractInsertBitwise|TestSaveLoadSeq|TestCopyRange|TestCancelLeavesNothing|TestDeviceMatchesCPU|TestReusedCellsLeakNothing|TestRepeatedTurnsAreExact|TestWarmEqualsCold|TestHotSetStreamsBeyondTheWindow|TestNeedleComesBackOnce|TestSnapshotRestoreAfterRestartIsBitExactDense|TestHotSetSnapshotRestoreIsBitExact|TestCancelDecodeWithinAToken
+GPU_TESTS ?= TestSnapshotFromOtherBackendIsRefused|TestFacts|TestGreedyStory|TestChunkedEqualsWhole|TestExtractInsertBitwise|TestSaveLoadSeq|TestCopyRange|TestCancelLeavesNothing|TestDeviceMatchesCPU|TestReusedCellsLeakNothing|TestRepeatedTurnsAreExact|TestWarmEqualsCold|TestHotSetStreamsBeyondTheWindow|TestNeedleComesBackOnce|TestSnapshotRestoreAfterRestartIsBitExactDense|TestHotSetSnapshotRestoreIsBitExact|TestCancelDecodeWithinAToken|TestDecodeCaptureIsDecode|TestRangeKeysAreTheKeys|TestBytesAfterMovesAreRotated
 test-gpu: headers gpu
 	CTXD_BACKEND=$(GPU) CTXD_BACKEND_DIR=$(BACKEND_DIR) $(GO) test -p 1 -count=1 -timeout $(TEST_TIMEOUT) -run '^($(GPU_TESTS))$$' ./engine/llama/ ./sidecar/
 

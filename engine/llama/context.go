@@ -64,6 +64,10 @@ type Context struct {
 	load      cpuLoad
 	threads   int // ggml threads set for the current call (0: none yet)
 	memory    engine.ContextMemory
+	evalcb    *evalState // graph callback state; nil: made without (benchmarks)
+	// shiftPending: cells were moved since the last llama_decode, so
+	// their K is not rotated yet (applyShifts).
+	shiftPending bool
 }
 
 // NewContext creates a context with n_seq_max = 2 and a unified KV buffer.
@@ -72,6 +76,13 @@ func (md *Model) NewContext(o engine.ContextOptions) (engine.Context, error) {
 }
 
 func (md *Model) newContext(o engine.ContextOptions) (*Context, error) {
+	return md.newContextEval(o, true)
+}
+
+// newContextEval is newContext; withEval false leaves llama.cpp's graph
+// callback unset (DecodeCapture then fails), for measuring what the
+// disarmed callback costs.
+func (md *Model) newContextEval(o engine.ContextOptions, withEval bool) (*Context, error) {
 	if err := md.alive(); err != nil {
 		return nil, err
 	}
@@ -127,28 +138,45 @@ func (md *Model) newContext(o engine.ContextOptions) (*Context, error) {
 	cp.offload_kqv = true
 	abort := (*C.int32_t)(C.calloc(1, 4))
 	C.ctxd_attach_abort(&cp, abort)
+	var eval *evalState
+	if withEval {
+		// The graph callback is set for the context's life; disarmed it
+		// answers at once (DecodeCapture arms it).
+		if eval = newEvalState(md.facts.Layers); eval == nil {
+			C.free(unsafe.Pointer(abort))
+			return nil, fmt.Errorf("%w: no memory for the graph callback state", engine.ErrContextFull)
+		}
+		attachEval(&cp, eval)
+	}
+	freeNative := func() {
+		C.free(unsafe.Pointer(abort))
+		if eval != nil {
+			freeEvalState(eval)
+		}
+	}
 	var ctx *C.struct_llama_context
 	bufs := captureBuffers(func() { ctx = C.llama_init_from_model(md.m, cp) })
 	if ctx == nil {
-		C.free(unsafe.Pointer(abort))
+		freeNative()
 		return nil, fmt.Errorf("%w: llama.cpp could not create a %d-token context (out of memory?)", engine.ErrContextFull, o.ContextTokens)
 	}
 	pool := C.ctxd_threadpool(C.int(o.Threads))
 	if pool == nil {
 		C.llama_free(ctx)
-		C.free(unsafe.Pointer(abort))
+		freeNative()
 		return nil, fmt.Errorf("%w: ggml could not start %d CPU threads", engine.ErrContextFull, o.Threads)
 	}
 	C.llama_attach_threadpool(ctx, pool, pool)
 	c := &Context{
-		model: md,
-		ctx:   ctx,
-		mem:   C.llama_get_memory(ctx),
-		batch: C.llama_batch_init(C.int32_t(o.BatchTokens), 0, seqMax),
-		abort: abort,
-		opts:  o,
-		nCtx:  int(C.llama_n_ctx(ctx)),
-		pool:  pool,
+		model:  md,
+		ctx:    ctx,
+		mem:    C.llama_get_memory(ctx),
+		batch:  C.llama_batch_init(C.int32_t(o.BatchTokens), 0, seqMax),
+		abort:  abort,
+		opts:   o,
+		nCtx:   int(C.llama_n_ctx(ctx)),
+		pool:   pool,
+		evalcb: eval,
 	}
 	dev := md.facts.Placement.Device.Name
 	c.memory = engine.ContextMemory{
@@ -179,12 +207,23 @@ func (c *Context) Occupied(p int) bool { return c.seq.Contains(p) }
 // Decode runs tokens at positions pos0.. of the session sequence, in
 // batches, keeping the logits of the last token.
 func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) error {
+	if len(tokens) == 0 && !c.closed {
+		return nil
+	}
+	if err := c.checkDecode(ctx, tokens, pos0); err != nil {
+		return err
+	}
+	return c.decode(ctx, tokens, pos0, nil)
+}
+
+// checkDecode validates a decode of tokens at pos0 (at least one token).
+func (c *Context) checkDecode(ctx context.Context, tokens []engine.Token, pos0 int) error {
 	if c.closed {
 		return engine.ErrClosed
 	}
 	n := len(tokens)
 	if n == 0 {
-		return nil
+		return fmt.Errorf("%w: no tokens", engine.ErrInvalidArgument)
 	}
 	if pos0 < 0 || pos0+n > maxPos {
 		return fmt.Errorf("%w: positions [%d,%d)", engine.ErrInvalidArgument, pos0, pos0+n)
@@ -201,9 +240,13 @@ func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) e
 			return fmt.Errorf("%w: token %d at index %d is outside the vocabulary [0,%d)", engine.ErrInvalidArgument, t, i, vocab)
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+	return ctx.Err()
+}
+
+// decode runs a checked decode; with k it also captures (k is finished
+// or abandoned by the caller).
+func (c *Context) decode(ctx context.Context, tokens []engine.Token, pos0 int, k *capture) error {
+	n := len(tokens)
 	stop := context.AfterFunc(ctx, func() { C.ctxd_set_abort(c.abort, 1) })
 	defer func() {
 		stop()
@@ -222,13 +265,24 @@ func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) e
 			}
 			C.ctxd_batch_set(&c.batch, C.int(i-off), C.llama_token(tokens[i]), C.llama_pos(pos0+i), engine.SessionSeq, out)
 		}
+		if k != nil {
+			k.beginBatch(off, end)
+		}
 		rc := C.llama_decode(c.ctx, c.batch)
-		if rc != 0 || ctx.Err() != nil {
+		c.noteDecoded(rc)
+		var capErr error
+		if k != nil {
+			capErr = k.endBatch()
+		}
+		if rc != 0 || ctx.Err() != nil || capErr != nil {
 			// Drop whatever this call put in the KV so the record stays exact.
 			C.llama_memory_seq_rm(c.mem, engine.SessionSeq, C.llama_pos(pos0), C.llama_pos(pos0+n))
 			c.seq.Remove(pos0, pos0+n)
 			if err := ctx.Err(); err != nil {
 				return err
+			}
+			if rc == 0 {
+				return capErr
 			}
 			switch rc {
 			case 1:
@@ -246,6 +300,37 @@ func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) e
 	copy(c.logits, unsafe.Slice((*float32)(unsafe.Pointer(p)), len(c.logits)))
 	c.hasLogits = true
 	return nil
+}
+
+// applyShifts makes llama.cpp rotate the K of moved cells now. Shift and
+// a moving InsertRange only record the move (the cells' positions change
+// at once, their K is rotated at the start of the next llama_decode), and
+// the state bytes are written as they are: bytes taken before that decode
+// would hold new positions with K still rotated for the old ones. One
+// token decoded into the (empty) scratch sequence runs the rotation; it
+// is removed again, and the logits were already invalid after the move.
+func (c *Context) applyShifts() {
+	if !c.shiftPending {
+		return
+	}
+	c.setThreads(1)
+	c.batch.n_tokens = 1
+	C.ctxd_batch_set(&c.batch, 0, C.llama_token(max(c.model.facts.BOS, 0)), 0, engine.ScratchSeq, 1)
+	rc := C.llama_decode(c.ctx, c.batch)
+	C.llama_memory_seq_rm(c.mem, engine.ScratchSeq, -1, -1)
+	// The rotation runs before the batch looks for a cell: also a full
+	// cache (rc 1) had it applied.
+	c.noteDecoded(rc)
+	c.hasLogits = false
+}
+
+// noteDecoded records what a llama_decode returning rc did to pending
+// shifts: llama.cpp applies them before placing the batch, so they are
+// done unless the call failed or was aborted before or during them.
+func (c *Context) noteDecoded(rc C.int32_t) {
+	if rc == 0 || rc == 1 {
+		c.shiftPending = false
+	}
 }
 
 // setThreads sizes ggml's CPU threads for a batch of n tokens to the cores
@@ -291,6 +376,7 @@ func (c *Context) Clear() {
 		return
 	}
 	C.llama_memory_clear(c.mem, true)
+	c.shiftPending = false
 	c.seq.Reset()
 	c.hasLogits = false
 }
@@ -305,6 +391,10 @@ func (c *Context) Close() error {
 	C.llama_free(c.ctx)
 	C.ggml_threadpool_free(c.pool)
 	C.free(unsafe.Pointer(c.abort))
+	if c.evalcb != nil {
+		freeEvalState(c.evalcb)
+		c.evalcb = nil
+	}
 	c.ctx = nil
 	c.model.mu.Lock()
 	c.model.open--

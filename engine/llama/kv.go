@@ -77,6 +77,7 @@ func (c *Context) Shift(p0, p1, delta int) error {
 		return fmt.Errorf("%w: shift of [%d,%d) by %d would overlap %d resident tokens", engine.ErrInvalidArgument, p0, p1, delta, occupied)
 	}
 	C.llama_memory_seq_add(c.mem, seqSession, C.llama_pos(p0), C.llama_pos(p1), C.llama_pos(delta))
+	c.shiftPending = true
 	moved := c.spansIn(p0, p1)
 	c.seq.Remove(p0, p1)
 	for _, s := range moved {
@@ -107,6 +108,7 @@ func (c *Context) ExtractRange(p0, p1 int) (engine.Range, error) {
 	if p0 == p1 || c.seq.Count(p0, p1) != p1-p0 {
 		return engine.Range{}, fmt.Errorf("%w: [%d,%d) is not a fully resident range", engine.ErrInvalidArgument, p0, p1)
 	}
+	c.applyShifts()
 	C.llama_memory_seq_rm(c.mem, seqScratch, -1, -1)
 	C.llama_memory_seq_cp(c.mem, seqSession, seqScratch, C.llama_pos(p0), C.llama_pos(p1))
 	blob, err := c.seqBytes(seqScratch)
@@ -147,6 +149,7 @@ func (c *Context) InsertRange(r engine.Range, at int) error {
 	}
 	if at != r.Pos0 {
 		C.llama_memory_seq_add(c.mem, seqScratch, -1, -1, C.llama_pos(at-r.Pos0))
+		c.shiftPending = true
 	}
 	C.llama_memory_seq_cp(c.mem, seqScratch, seqSession, -1, -1)
 	C.llama_memory_seq_rm(c.mem, seqScratch, -1, -1)
@@ -174,6 +177,7 @@ func (c *Context) SaveSeq() (engine.SeqState, error) {
 	if c.seq.Len() == 0 {
 		return engine.SeqState{}, nil
 	}
+	c.applyShifts()
 	blob, err := c.seqBytes(seqSession)
 	if err != nil {
 		return engine.SeqState{}, err

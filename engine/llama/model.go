@@ -43,6 +43,10 @@ type Model struct {
 	open   int // live contexts
 	closed bool
 	pieces []string // text of every token, cached
+
+	ropeOnce sync.Once // RoPE parameters for RangeKeys, read on first use
+	rope     rope
+	ropeErr  error
 }
 
 var ggufMagic = []byte("GGUF")
