@@ -11,6 +11,8 @@
 //   - the daemon's inner packages (sidecar/internal/...) never import the
 //     shell (package sidecar), httpapi, client or a command, and among
 //     themselves import only packages of a lower rank (innerRank).
-//   - sidecar never imports httpapi, client, a command or a tool.
+//   - protocol imports only policy and its own packages.
+//   - sidecar never imports httpapi, client, a command or a tool, and only
+//     the commands and httpapi import sidecar.
 //   - no package imports a command, and the graph has no cycle.
 package layering

@@ -119,6 +119,13 @@ func TestImportRules(t *testing.T) {
 		if !under(pkg, "cmd") {
 			never(pkg, "cmd")
 		}
+		// The daemon is linked by the commands and the HTTP door only.
+		if !under(pkg, "cmd") && !under(pkg, "httpapi") && !under(pkg, "sidecar") && slices.Contains(g[pkg], "sidecar") {
+			t.Errorf("%s imports sidecar: only the commands and httpapi link the daemon", pkg)
+		}
+		if under(pkg, "protocol") {
+			allowedOnly(pkg, "policy", "protocol")
+		}
 	}
 	for pkg := range g {
 		if under(pkg, "sidecar/internal") {
