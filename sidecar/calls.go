@@ -448,7 +448,8 @@ func (srv *Server) dropSession(ctx context.Context, sess *session) error {
 	}
 	sess.closed = true
 	if srv.slot.model != nil {
-		// Its parked blocks stay for a later session to resume.
+		// Its parked blocks stay for a later session to resume, unless it
+		// was opened ephemeral ("cold").
 		sess.layout.Release(!sess.ephemeral)
 		srv.slot.forget(sess)
 	}

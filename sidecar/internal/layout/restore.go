@@ -165,11 +165,13 @@ func (h *hotSet) Restore(ctx context.Context, r Restore, _ int) error {
 		if fb.Err != nil {
 			// Without the engine image the hot set cannot be rebuilt
 			// exactly: leave the session empty rather than inconsistent.
-			if err := h.Clear(); err != nil {
+			err := fmt.Errorf("%w: snapshot %s: hot range at %d: %w", protocol.ErrInternal, snap.Name, ir.PStart, fb.Err)
+			if cerr := h.Clear(); cerr != nil {
 				h.env.Engine.Clear()
 				h.Reset()
+				err = fmt.Errorf("%w (clearing the session: %w)", err, cerr)
 			}
-			return fmt.Errorf("%w: snapshot %s: hot range at %d: %w", protocol.ErrInternal, snap.Name, ir.PStart, fb.Err)
+			return err
 		}
 	}
 	tape.Tokens = append(tape.Tokens[:0], saved...)
