@@ -340,7 +340,10 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 				reply.Reason = pb.StopReason_STOP_REASON_CONTEXT_FULL
 				break
 			}
-			if err := sess.layout.AppendTokens(ctx, []engine.Token{tok}); err != nil {
+			// The token has been reported: it goes into the session even
+			// when the call is cancelled meanwhile (one token's decode
+			// bounds the delay), so the reply and the tape agree.
+			if err := sess.layout.AppendTokens(context.WithoutCancel(ctx), []engine.Token{tok}); err != nil {
 				if ctx.Err() != nil {
 					reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
 					return nil
