@@ -91,11 +91,12 @@ test-short: headers
 	$(GO) test -short -count=1 ./...
 
 # test-fake runs the daemon's unit tests on the pure-Go fake engine
-# (sidecar/fake_*_test.go, engine/enginefake) and the fake's own tests:
+# (sidecar/fake_*_test.go, engine/enginefake), the fake's own tests, the
+# daemon's inner packages (layout, snapshot, tiers) and the import rules:
 # seconds, no model file.
 test-fake: headers
 	$(GO) test -count=1 -run Fake ./sidecar/
-	$(GO) test -count=1 ./engine/ ./engine/enginefake/
+	$(GO) test -count=1 ./engine/ ./engine/enginefake/ ./sidecar/internal/... ./internal/layering/
 
 # Benchmarks print ratios measured in one run; see docs/BENCHMARKS.md.
 BENCH_CTX ?= 8192

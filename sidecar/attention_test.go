@@ -5,12 +5,9 @@ import (
 	"errors"
 	"math/rand"
 	"testing"
-	"time"
 
 	"github.com/ctxd/ctxd/client"
 	"github.com/ctxd/ctxd/engine"
-	"github.com/ctxd/ctxd/engine/llama"
-	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/policy"
 )
 
@@ -45,7 +42,7 @@ func TestCheckScorersNeedsEngineSupport(t *testing.T) {
 // fused ranking that admits it.
 func TestAttentionScorerRanksParkedBlocks(t *testing.T) {
 	ts := needleServer(t, Config{Threads: 1})
-	if _, _, ok := attentionEngine(ts.srv.slot.ectx); !ok {
+	if !attentionEngine(ts.srv.slot.ectx) {
 		if err := ts.srv.SetScorers(context.Background(), policy.ScorerAttention); !errors.Is(err, ErrScorerUnavailable) {
 			t.Fatalf("an engine without the attention contracts: SetScorers(attention) = %v, want ErrScorerUnavailable", err)
 		}
@@ -54,7 +51,9 @@ func TestAttentionScorerRanksParkedBlocks(t *testing.T) {
 	c := dial(t, ts)
 	ctx := context.Background()
 	rng := rand.New(rand.NewSource(7))
-	plan, err := policy.PlanKeySummary(ts.srv.attentionShape(), ts.srv.slot.hot.block, ts.srv.slot.kvType(), policy.DefaultKeySummaryFraction)
+	f := ts.srv.slot.facts
+	shape := policy.AttentionShape{Layers: f.Layers, Heads: f.Heads, KVHeads: f.KVHeads, HeadDim: f.HeadDim}
+	plan, err := policy.PlanKeySummary(shape, ts.srv.slot.hot.Block, ts.srv.slot.kvType(), policy.DefaultKeySummaryFraction)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,57 +117,4 @@ func TestAttentionScorerRanksParkedBlocks(t *testing.T) {
 		}
 		s.Close(ctx)
 	}
-}
-
-// BenchmarkAttentionProbe times what the attention scorer adds to a turn
-// on the needle model with 256 parked blocks (16k tokens): the probe
-// (decode of the turn's last policy.AttentionProbeTokens tokens, queries
-// captured, removed again) and the scoring, separately.
-func BenchmarkAttentionProbe(b *testing.B) {
-	p, err := StartPrivate(Config{Engine: llama.Backend{}, ModelPath: testmodel.Needle(b), HotTokens: 256, ContextTokens: 256, ArenaBytes: 256 << 20, NoCold: true, Threads: 1, Scorers: "both"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Stop()
-	srv := p.Server
-	c, err := client.Dial(context.Background(), p.Socket)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-	hay, needle := haystack(rand.New(rand.NewSource(1)), 16384)
-	s, err := c.OpenSession(ctx, "bench")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := s.EnsurePrefix(ctx, client.Manifest{Segments: []client.Segment{{ID: "hay", Kind: client.KindTerminal, Tokens: hay, Stable: true}}}); err != nil {
-		b.Fatal(err)
-	}
-	if err := srv.slot.acquire(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer srv.slot.release()
-	sess := srv.slot.resident
-	x, err := srv.attentionIndex(sess.hot)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var probe, score time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		t0 := time.Now()
-		q, err := srv.probeQueries(ctx, sess, needle[:8], x.Plan().Layers)
-		if err != nil {
-			b.Fatal(err)
-		}
-		t1 := time.Now()
-		if _, err := x.Score(q); err != nil {
-			b.Fatal(err)
-		}
-		probe, score = probe+t1.Sub(t0), score+time.Since(t1)
-	}
-	b.ReportMetric(float64(probe.Microseconds())/float64(b.N)/1000, "probe-ms/turn")
-	b.ReportMetric(float64(score.Microseconds())/float64(b.N)/1000, "scoring-ms/turn")
-	b.ReportMetric(float64(x.Len()), "blocks")
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Config configures a Server.
@@ -164,6 +165,18 @@ func (c *Config) hotLimitsInput() policy.HotLimitsInput {
 		in.SinkTokens, in.NoSinks = 0, true
 	}
 	return in
+}
+
+// ssdConfig is where c puts the SSD tier.
+func (c *Config) ssdConfig() tiers.SSDConfig {
+	if c.NoCold {
+		return tiers.SSDConfig{Off: "disabled by configuration (--no-cold)"}
+	}
+	dir := c.ColdDir
+	if dir == "" {
+		dir = filepath.Join(c.DataDir, "cold")
+	}
+	return tiers.SSDConfig{Dir: dir, QuotaBytes: c.ColdQuotaBytes}
 }
 
 // HotAuto as Config.HotTokens derives the hot budget from the model and

@@ -21,14 +21,14 @@ func TestHotConfigComesFromPolicy(t *testing.T) {
 	}
 	hc, err := resolveHot(&cfg, facts, capa)
 	want, _ := policy.ResolveHotLimits(policy.HotLimitsInput{HotTokens: 1024, TrainedContext: 4096})
-	if err != nil || hc.limits() != want || hc.sinks != policy.DefaultSinkTokens || hc.block != policy.DefaultHotBlockTokens || hc.scorers != defaultScorers {
+	if err != nil || hc.Limits() != want || hc.Sinks != policy.DefaultSinkTokens || hc.Block != policy.DefaultHotBlockTokens || hc.Scorers != defaultScorers {
 		t.Fatalf("defaults: %+v, %v; want %+v", hc, err, want)
 	}
 	cfg = Config{HotTokens: 1024, SinkTokens: NoSinks, Scorers: "none"}
 	if err := cfg.fill(); err != nil {
 		t.Fatal(err)
 	}
-	if hc, err := resolveHot(&cfg, facts, capa); err != nil || hc.sinks != 0 || hc.scorers != policy.ScorerNone {
+	if hc, err := resolveHot(&cfg, facts, capa); err != nil || hc.Sinks != 0 || hc.Scorers != policy.ScorerNone {
 		t.Fatalf("no sinks, no retrieval: %+v, %v", hc, err)
 	}
 	cfg = Config{HotTokens: 100}

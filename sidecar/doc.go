@@ -30,19 +30,38 @@
 //   - Private folders (the socket's, the arena's, the SSD tier's) are never
 //     reached through a symbolic link nor taken over from another uid
 //     (internal/privdir); only a stale socket is ever unlinked.
-//   - A session's tape mirrors its KV exactly. Dense sessions: token i of
-//     the tape sits at position i of sequence 0 whenever the session is
-//     resident. Hot-set sessions (hot.go): the tape is cut into blocks, each
-//     either hot at a recorded position below the window or parked in the
-//     arena, and the hot ranges tile [0, end) of sequence 0. Every failure
-//     (bad input, cancellation, a vanished client) leaves the tape and the
-//     KV equal to each other.
+//   - One owner per piece of state. The Server owns connections and
+//     sessions; the slot (slot.go) the model and the engine; tiers
+//     (package tiers) every KV copy below the engine: the host-RAM arena, the
+//     SSD tier and the orphan tapes, with fetch tracing; snapshots
+//     (package snapshot) the snapshot index and commits; each session's
+//     layout (package layout) how its tape sits in the engine. Nothing else
+//     reaches shm or coldstore's blocks: the hot set parks, fetches,
+//     spills and drops through tiers.
+//   - A session's tape mirrors its KV exactly, and its layout keeps it so.
+//     Dense: token i of the tape sits at position i of sequence 0
+//     whenever the session is resident. Hot set: the
+//     tape is cut into blocks, each either in the engine at a recorded
+//     position below the window or parked below it, and the engine's
+//     ranges tile [0, end) of sequence 0. A "v" coordinate (vstart,
+//     tailV) is a tape index, a "p" coordinate (pstart, tailP, pos0) an
+//     engine position. Every failure (bad input, cancellation, a vanished
+//     client, an unreadable tier) leaves the tape and the KV equal to each
+//     other.
+//   - A block's residency is one value (in the engine or not; a copy in
+//     the arena, the SSD tier, or none). A failed or cancelled SSD read
+//     never forgets the copy: the block stays retrievable. Every blocking
+//     tier call takes the turn's context.
 //   - Only peers with the server's uid (or a configured allow list) talk to
 //     it.
 //   - A snapshot is reported committed only after its blocks and its file
-//     are durably in the SSD tier (snapshot.go); a restore reproduces the
-//     saved engine state byte for byte, and both the saved and the restored
-//     session recompute the last token's logits, so they continue alike.
+//     are durably in the SSD tier (package snapshot); capture holds the engine
+//     token for memory copies only, and the token-major rewrite, hashing
+//     and compression run in commit after it is released. How a blob's
+//     bytes were laid out is recorded once, in its envelope (tiers).
+//     A restore reproduces the saved engine state byte for byte, and both
+//     the saved and the restored session recompute the last token's
+//     logits, so they continue alike.
 //   - KV bytes are only reused where their key says they are equal: SSD
 //     blocks are addressed by model, KV settings, token chain, position and
 //     content; arena blocks adopted from closed sessions or an earlier run
@@ -52,21 +71,38 @@
 //     (disk full, I/O errors) sessions keep running on host RAM and Status,
 //     Explain and the logs say why.
 //
-// Files: server.go (Server: start-up, listening, shutdown), config.go
-// (Config and its validation), conn.go (one client connection), handler.go
-// (the calls and their streamed events), inprocess.go and private.go (a
-// daemon served inside another program), owner.go (the single-owner lease),
-// slot.go (the model slot), turns.go (the engine token, handed out fairly),
-// device.go (where a model is loaded), memory.go (MemAvailable), figures.go
-// (throughputs measured at load), session.go (a session's tape and segment
-// spans), sessions.go (opening, parking and closing sessions), invalidate.go
-// (invalidation hints), hot.go (hot-set mode), retrieval.go (retrieval
-// candidates for explain), attention.go (the attention scorer: key
-// summaries, the query probe, fusion), orphan.go (adopting parked blocks of gone
-// sessions), cold.go (the SSD tier), snapshot.go (snapshots: format,
-// capture, restore, resume, automatic snapshots), explain.go
-// (ExplainContext), view.go (published views read without the engine),
-// summary.go (a glance for service managers), metrics.go (the Prometheus
-// registry), progress.go (progress of long calls), trace.go (marker
-// functions ctxtrace probes).
+// Packages and files, by owner (inner packages never import this one;
+// internal/layering checks the import rules):
+//
+//	shell      server.go (Server: start-up, listening, shutdown), config.go
+//	           (Config and its validation), conn.go (one client connection),
+//	           handler.go (the calls and their streamed events), calls.go
+//	           (the session calls: open, ensure_prefix, prefill_suffix,
+//	           decode, close), invalidate.go (invalidation hints),
+//	           explain.go (ExplainContext), view.go (published views read
+//	           without the engine), summary.go, metrics.go (the Prometheus
+//	           registry; the inner packages' Observer and Counters),
+//	           trace.go (the fetch-phase markers ctxtrace probes),
+//	           progress.go, inprocess.go and private.go (a daemon served
+//	           inside another program), owner.go (the single-owner lease)
+//	slot       slot.go (the model slot), turns.go (the engine token, handed
+//	           out fairly), device.go (where a model is loaded), memory.go
+//	           (MemAvailable), figures.go (throughputs measured at load)
+//	session    session.go (a session: its layout.Tape and layout.Layout),
+//	           layouts.go (a new session's layout and its Env), tokenize.go
+//	           (segments to tokens), text.go (generated text as valid UTF-8),
+//	           retrieval.go (SetScorers), attention.go (which engines run
+//	           the attention scorer)
+//	layout     package sidecar/internal/layout: the tape, the dense layout
+//	           and the hot set (residency, sealing, eviction, admission,
+//	           retrieval and its attention scorer, adoption, snapshot
+//	           capture and restore of each layout)
+//	tiers      package sidecar/internal/tiers: arena, SSD tier, orphan
+//	           tapes, the SSD blob envelope
+//	snapshots  package sidecar/internal/snapshot: the format, Capture, the
+//	           Store (index, commit, load, prune, automatic commits);
+//	           snapcapture.go (capture under the engine token),
+//	           snaprestore.go (restore), snapresume.go (cross-session
+//	           resume), snapauto.go (automatic snapshots), snaprpc.go (the
+//	           snapshot calls)
 package sidecar

@@ -27,68 +27,27 @@ func (srv *Server) buildExplain(sess *session) *pb.ExplainReply {
 		TokensByClass: map[string]int64{},
 		CompatKey:     sess.compat,
 	}
-	rep.ResidentTokens = int64(len(sess.tape))
+	rep.ResidentTokens = int64(len(sess.Tokens))
 	rep.Restore = sess.lastRestore
-	hotRanges := [][2]int{{0, len(sess.tape)}}
-	if h := sess.hot; h != nil {
-		hotRanges = explainHot(rep, sess)
-	}
+	hotRanges := sess.layout.Explain(rep)
 	for _, r := range hotRanges {
 		if r[1] > r[0] {
 			rep.HotRanges = append(rep.HotRanges, &pb.TokenRange{Start: int64(r[0]), End: int64(r[1])})
 		}
 	}
-	for _, sp := range sess.spans {
-		n := int64(sp.end - sp.start)
-		if sp.generated {
+	for _, sp := range sess.Spans {
+		n := int64(sp.End - sp.Start)
+		if sp.Generated {
 			rep.GeneratedTokens += n
 		}
-		class := sp.seg.EffectiveClass()
+		class := sp.Seg.EffectiveClass()
 		rep.TokensByClass[class.String()] += n
 		rep.Segments = append(rep.Segments, &pb.SegmentResidency{
-			Id: sp.seg.ID, Kind: pb.SegmentKind(sp.seg.Kind), Class: pb.CacheClass(class),
-			Tokens: n, ResidentTokens: overlap(hotRanges, sp.start, sp.end), FirstPosition: int64(sp.start), Stable: sp.seg.Stable,
+			Id: sp.Seg.ID, Kind: pb.SegmentKind(sp.Seg.Kind), Class: pb.CacheClass(class),
+			Tokens: n, ResidentTokens: overlap(hotRanges, sp.Start, sp.End), FirstPosition: int64(sp.Start), Stable: sp.Seg.Stable,
 		})
 	}
 	return rep
-}
-
-// explainHot fills the hot-set figures and returns the tape ranges that
-// are in the engine.
-func explainHot(rep *pb.ExplainReply, sess *session) [][2]int {
-	h := sess.hot
-	var ranges [][2]int
-	for _, b := range h.blocks {
-		switch {
-		case b.hot:
-			rep.HotTokens += int64(b.n)
-			rep.HotBlocks++
-			ranges = append(ranges, [2]int{b.vstart, b.vstart + b.n})
-			if b.retrieved {
-				rep.Retrieved = append(rep.Retrieved, &pb.RetrievedBlock{BlockId: b.id, FirstToken: int64(b.vstart), Tokens: int64(b.n), Score: b.score, Reason: b.reason})
-			}
-		case b.stored:
-			rep.ParkedTokens += int64(b.n)
-			rep.ParkedBlocks++
-		case b.cold:
-			rep.ColdTokens += int64(b.n)
-			rep.ColdBlocks++
-		default:
-			rep.LostBlocks++
-		}
-	}
-	tail := len(sess.tape) - h.tailV
-	rep.HotTokens += int64(tail)
-	ranges = append(ranges, [2]int{h.tailV, len(sess.tape)})
-	if p := h.plan; p != nil {
-		rep.ProtectedTokens, rep.RetrievedTokens = int64(p.ProtectedTokens), int64(p.RetrievedTokens)
-	}
-	if h.retrieval != nil {
-		rep.LastRetrieval = h.retrieval.wire(h)
-	}
-	rep.Diagnostics = append(rep.Diagnostics, h.diag...)
-	rep.Evictions, rep.Admissions = h.evictions, h.admissions
-	return ranges
 }
 
 func overlap(ranges [][2]int, a, b int) int64 {

@@ -10,6 +10,7 @@ import (
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 )
 
 // figures are the throughputs measured on this machine that decide
@@ -93,19 +94,19 @@ func (f figures) decompressBPS() float64 {
 // latencyBound lowers the hot budget so a turn of suffix tokens stays
 // within latency by the measured cost model (attention grows with the hot
 // set). It never goes below the smallest budget hc can work with.
-func latencyBound(hc hotConfig, f figures, latency time.Duration, suffix int) (hotConfig, string) {
-	if hc.budget == 0 || !f.hasCost || latency <= 0 || suffix <= 0 {
+func latencyBound(hc layout.HotConfig, f figures, latency time.Duration, suffix int) (layout.HotConfig, string) {
+	if hc.Budget == 0 || !f.hasCost || latency <= 0 || suffix <= 0 {
 		return hc, ""
 	}
-	h, err := policy.LatencyHotBudget(f.cost, latency.Seconds(), min(suffix, hc.limit), hc.limit)
+	h, err := policy.LatencyHotBudget(f.cost, latency.Seconds(), min(suffix, hc.Limit), hc.Limit)
 	switch {
 	case err != nil:
 		return hc, "turn-latency bound not applied: " + err.Error()
-	case h >= hc.limit:
+	case h >= hc.Limit:
 		return hc, ""
 	}
-	l := hc.limits().Lowered(h) // never below policy's MinBudget
+	l := hc.Limits().Lowered(h) // never below policy's MinBudget
 	msg := fmt.Sprintf("hot budget lowered from %d to %d tokens so a %d-token turn stays within %s on this machine (%.3g ms/token + %.3g µs per context token)",
-		hc.limit, l.Limit, suffix, latency, 1e3*f.cost.BaseSeconds, 1e6*f.cost.PerContextSeconds)
-	return hc.withLimits(l), msg
+		hc.Limit, l.Limit, suffix, latency, 1e3*f.cost.BaseSeconds, 1e6*f.cost.PerContextSeconds)
+	return hc.WithLimits(l), msg
 }

@@ -137,7 +137,7 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 		KvType:         srv.cfg.KVType.String(),
 		FlashAttention: srv.cfg.FlashAttention,
 		SystemInfo:     srv.cfg.Engine.SystemInfo(),
-		Cold:           srv.coldStatus(),
+		Cold:           srv.ssdStatus(),
 	}
 	srv.mu.Lock()
 	r.Sessions = int32(len(srv.sessions))
@@ -168,9 +168,9 @@ func capacityToWire(c policy.Capacity) *pb.Capacity {
 // capacityReply adds the hot-set figures of the loaded model.
 func (srv *Server) capacityReply() *pb.Capacity {
 	c := capacityToWire(srv.slot.capacity)
-	if hc := srv.slot.hot; hc.budget > 0 {
-		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.limit), int64(hc.window), srv.slot.arenaBytes
-		c.ArenaTokens = int64(srv.slot.sessionTokens() - hc.limit)
+	if hc := srv.slot.hot; hc.Budget > 0 {
+		c.HotTokens, c.WindowTokens, c.ArenaBytes = int64(hc.Limit), int64(hc.Window), srv.tiers.ArenaBytes()
+		c.ArenaTokens = int64(srv.slot.sessionTokens() - hc.Limit)
 	}
 	c.SessionTokens = int64(srv.slot.sessionTokens())
 	return c
@@ -200,13 +200,10 @@ func (srv *Server) loadLocked(ctx context.Context, path string, ctxTokens int) e
 	if err != nil {
 		return err
 	}
-	srv.metrics.setArena(srv.slot.arena)
 	srv.mu.Lock()
 	srv.nextSession = max(srv.nextSession, srv.slot.arenaMaxSession)
 	srv.mu.Unlock()
-	if srv.cold != nil {
-		srv.slot.coldBytes = srv.cold.Stats().QuotaBytes
-	}
+	srv.slot.ssdBytes = srv.tiers.SSDQuota()
 	srv.publishSlot()
 	c := srv.slot.capacity
 	srv.log.Info("model loaded", "path", path, "digest", srv.slot.facts.Digest[:16],
@@ -226,7 +223,6 @@ func (srv *Server) unloadModel(ctx context.Context) error {
 		return fmt.Errorf("%w: %d sessions are open", protocol.ErrModelBusy, srv.slot.holders)
 	}
 	srv.slot.unload()
-	srv.metrics.setArena(nil)
 	srv.publishSlot()
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math/rand"
-	"sort"
 	"strings"
 	"testing"
 
@@ -12,51 +11,21 @@ import (
 	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/testmodel"
 	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 )
 
-// checkHot verifies the hot-set invariants of every session of srv.
+// checkHot verifies the layout invariants of the resident session of srv
+// (layout.Check).
 func checkHot(t *testing.T, srv *Server) {
 	t.Helper()
 	if err := srv.slot.acquire(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer srv.slot.release()
-	sess := srv.slot.resident
-	if sess == nil || sess.hot == nil {
-		return
-	}
-	h := sess.hot
-	type r struct{ start, n int }
-	var rs []r
-	v := 0
-	for _, b := range h.blocks {
-		if b.vstart != v {
-			t.Fatalf("block %d starts at %d, want %d", b.id, b.vstart, v)
+	if sess := srv.slot.resident; sess != nil {
+		if err := layout.Check(sess.layout, srv.slot.ectx.Used()); err != nil {
+			t.Fatal(err)
 		}
-		v += b.n
-		if b.hot {
-			rs = append(rs, r{b.pstart, b.n})
-		}
-	}
-	if v != h.tailV {
-		t.Fatalf("blocks cover %d tokens, tail starts at %d", v, h.tailV)
-	}
-	if n := len(sess.tape) - h.tailV; n > 0 {
-		rs = append(rs, r{h.tailP, n})
-	}
-	sort.Slice(rs, func(i, j int) bool { return rs[i].start < rs[j].start })
-	next := 0
-	for _, x := range rs {
-		if x.start != next {
-			t.Fatalf("hot ranges do not tile: range at %d, expected %d (%v)", x.start, next, rs)
-		}
-		next += x.n
-	}
-	if next != h.physEnd(sess) || next > srv.slot.hot.limit {
-		t.Fatalf("physEnd %d, tiles %d, limit %d", h.physEnd(sess), next, srv.slot.hot.limit)
-	}
-	if used := srv.slot.ectx.Used(); used != next {
-		t.Fatalf("engine holds %d tokens, hot set %d", used, next)
 	}
 }
 
@@ -307,12 +276,12 @@ func TestModelWithoutShiftFallsBackToDense(t *testing.T) {
 		t.Fatal("needle.gguf is expected to shift")
 	}
 	hc, err := resolveHot(&Config{HotTokens: 256}, facts, policy.Capacity{})
-	if err != nil || hc.noShift || hc.budget != 256 {
+	if err != nil || hc.NoShift || hc.Budget != 256 {
 		t.Fatalf("shiftable model: %+v %v", hc, err)
 	}
 	facts.CanShift = false
 	hc, err = resolveHot(&Config{HotTokens: 256}, facts, policy.Capacity{})
-	if err != nil || !hc.noShift || hc.budget != 0 {
+	if err != nil || !hc.NoShift || hc.Budget != 0 {
 		t.Fatalf("model without shift: %+v %v (want the dense fallback)", hc, err)
 	}
 }

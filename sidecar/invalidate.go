@@ -7,6 +7,7 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
 )
 
 // Invalidation hints. A segment marked invalidate_on_edit names the files
@@ -36,17 +37,17 @@ func (srv *Server) reportEdit(ctx context.Context, connID uint64, r *pb.ReportEd
 	rep := &pb.ReportEditReply{}
 	for _, id := range ids {
 		err := srv.withSession(ctx, connID, id, func(sess *session) error {
-			cut, segs := editCut(sess.spans, r.GetPaths())
+			cut, segs := editCut(sess.Spans, r.GetPaths())
 			if cut < 0 {
 				return nil
 			}
-			before := len(sess.tape)
-			if err := srv.truncateTo(sess, cut); err != nil {
+			before := len(sess.Tokens)
+			if _, err := sess.layout.Cut(cut); err != nil {
 				return err
 			}
 			rep.Sessions++
 			rep.Segments = append(rep.Segments, segs...)
-			rep.DroppedTokens += int64(before - len(sess.tape))
+			rep.DroppedTokens += int64(before - len(sess.Tokens))
 			return nil
 		})
 		if err != nil {
@@ -58,16 +59,16 @@ func (srv *Server) reportEdit(ctx context.Context, connID uint64, r *pb.ReportEd
 
 // editCut is the first tape index of a segment invalidated by editing one
 // of paths (-1: none), and the ids of every such segment.
-func editCut(spans []span, paths []string) (int, []string) {
+func editCut(spans []layout.Span, paths []string) (int, []string) {
 	cut := -1
 	var ids []string
 	for _, sp := range spans {
 		for _, p := range paths {
-			if policy.EditInvalidates(sp.seg, p) {
-				if cut < 0 || sp.start < cut {
-					cut = sp.start
+			if policy.EditInvalidates(sp.Seg, p) {
+				if cut < 0 || sp.Start < cut {
+					cut = sp.Start
 				}
-				ids = append(ids, sp.seg.ID)
+				ids = append(ids, sp.Seg.ID)
 				break
 			}
 		}
@@ -77,28 +78,11 @@ func editCut(spans []span, paths []string) (int, []string) {
 
 // turnCut is the first tape index of an invalidate_on_turn segment (-1:
 // none); it is recorded when a turn ends.
-func turnCut(spans []span) int {
+func turnCut(spans []layout.Span) int {
 	for _, sp := range spans {
-		if policy.TurnInvalidates(sp.seg) {
-			return sp.start
+		if policy.TurnInvalidates(sp.Seg) {
+			return sp.Start
 		}
 	}
 	return -1
-}
-
-// truncateTo drops the session's tape and KV from tape index n on. The
-// caller holds the slot token and sess is resident.
-func (srv *Server) truncateTo(sess *session, n int) error {
-	if n >= len(sess.tape) {
-		return nil
-	}
-	if sess.hot != nil {
-		_, err := srv.hotTruncate(sess, n)
-		return err
-	}
-	if _, err := srv.slot.ectx.Remove(n, -1); err != nil {
-		return engineErr(err)
-	}
-	sess.truncate(n)
-	return nil
 }

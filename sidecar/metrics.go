@@ -24,6 +24,7 @@ import (
 
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/shm"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Metrics: every Server keeps its own Prometheus registry (never the
@@ -51,8 +52,8 @@ func timingBuckets() []float64 {
 
 // Fetch tiers for ObserveFetch.
 const (
-	TierArena = "arena" // host-RAM arena (package shm)
-	TierSSD   = "ssd"   // the SSD tier (package coldstore)
+	TierArena = "arena" // host-RAM arena (package shm); tiers.Arena's name
+	TierSSD   = "ssd"   // the SSD tier (package coldstore); tiers.SSD's name
 )
 
 // metrics is one Server's instrumentation. Its methods are safe for
@@ -76,7 +77,7 @@ type metrics struct {
 	fetch     *prometheus.HistogramVec // ctxd_fetch_seconds{tier}
 	phases    *prometheus.HistogramVec // ctxd_fetch_phase_seconds{phase}
 	fetchByID map[string]prometheus.Observer
-	phaseByID [phaseCount]prometheus.Observer
+	phaseByID [tiers.PhaseCount]prometheus.Observer
 
 	// SSD tier I/O.
 	coldRead, coldWrite           prometheus.Histogram
@@ -117,7 +118,7 @@ func newMetrics(sessions func() int) *metrics {
 	for _, t := range []string{TierArena, TierSSD} {
 		m.fetchByID[t] = m.fetch.WithLabelValues(t)
 	}
-	for p := fetchPhase(1); p < phaseCount; p++ {
+	for p := tiers.Phase(1); p < tiers.PhaseCount; p++ {
 		m.phaseByID[p] = m.phases.WithLabelValues(p.String())
 	}
 	m.reg.MustRegister(
@@ -245,10 +246,10 @@ func (m *metrics) ObserveFetch(tier string, d time.Duration) {
 	o.Observe(d.Seconds())
 }
 
-// FetchPhase records the duration of one fetch phase measured elsewhere
-// (without the uprobe markers; beginPhase/end records and marks).
-func (m *metrics) FetchPhase(p fetchPhase, d time.Duration) {
-	if p > 0 && p < phaseCount {
+// observePhase records the duration of one fetch phase (beginPhase/end
+// records and marks).
+func (m *metrics) observePhase(p fetchPhase, d time.Duration) {
+	if p > 0 && p < tiers.PhaseCount {
 		m.phaseByID[p].Observe(d.Seconds())
 	}
 }
@@ -258,6 +259,28 @@ func (m *metrics) ObserveColdRead(n int, d time.Duration) {
 	m.coldRead.Observe(d.Seconds())
 	m.coldReadBytes.Add(float64(n))
 }
+
+// Fetched records a fetch from tier (tiers.Observer).
+func (m *metrics) Fetched(t tiers.Tier, d time.Duration) { m.ObserveFetch(t.String(), d) }
+
+// SSDRead records an SSD-tier read (tiers.Observer).
+func (m *metrics) SSDRead(n int, d time.Duration) { m.ObserveColdRead(n, d) }
+
+// Parked counts a block parked in the arena (tiers.Observer).
+func (m *metrics) Parked() { m.arenaParked.Inc() }
+
+// ArenaChanged records the loaded model's arena (tiers.Observer).
+func (m *metrics) ArenaChanged(a *shm.Arena) { m.setArena(a) }
+
+// Evicted counts a block leaving the engine (layout.Counters).
+func (m *metrics) Evicted() { m.evictions.Inc() }
+
+// Admitted counts a block coming back into the engine (layout.Counters).
+func (m *metrics) Admitted() { m.admissions.Inc() }
+
+// ArenaDropped counts a parked block dropped from a full arena
+// (layout.Counters).
+func (m *metrics) ArenaDropped() { m.arenaDropped.Inc() }
 
 // ObserveColdWrite records one SSD-tier write of n bytes (with its sync).
 func (m *metrics) ObserveColdWrite(n int, d time.Duration) {

@@ -37,7 +37,7 @@ func TestResumeStopsAtTheManifestsTokens(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	ts.srv.snapWG.Wait() // the automatic snapshot is written
+	ts.srv.snaps.Wait(context.Background()) // the automatic snapshot is written
 
 	b, err := c.OpenSession(ctx, "b")
 	if err != nil {

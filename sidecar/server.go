@@ -12,9 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/internal/privdir"
 	"github.com/ctxd/ctxd/protocol"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Server is the ctxd daemon.
@@ -37,12 +38,8 @@ type Server struct {
 	fence   atomic.Pointer[error] // set when the lease is lost
 	wg      sync.WaitGroup        // connections
 
-	cold    *coldstore.Store // the SSD tier; nil when off
-	coldDir string
-	coldOff string     // why the SSD tier is off
-	snapMu  sync.Mutex // guards snaps
-	snaps   map[string]*snapEntry
-	snapWG  sync.WaitGroup // automatic snapshots being written
+	tiers *tiers.Tiers    // the arena and the SSD tier (package tiers)
+	snaps *snapshot.Store // the SSD tier's snapshots (snapshots.go)
 }
 
 // New takes ownership of the data directory, opens the SSD tier, reads
@@ -61,17 +58,18 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	srv := &Server{
-		cfg: cfg, log: cfg.Logger, owner: owner, slot: newSlot(cfg.Logger), started: time.Now(),
-		sessions: map[uint64]*session{}, conns: map[uint64]*conn{}, snaps: map[string]*snapEntry{},
+		cfg: cfg, log: cfg.Logger, owner: owner, started: time.Now(),
+		sessions: map[uint64]*session{}, conns: map[uint64]*conn{},
 	}
 	srv.metrics = newMetrics(srv.sessionCount)
-	srv.openCold(ctx)
-	srv.loadSnapIndex(ctx)
+	srv.tiers = tiers.New(cfg.Logger, srv.metrics, cfg.Engine.BlobCodec())
+	srv.slot = newSlot(cfg.Logger, srv.tiers)
+	srv.snaps = snapshot.New(cfg.Logger, srv.tiers, srv.metrics, cfg.AutoSnapshots)
+	srv.tiers.OpenSSD(ctx, cfg.ssdConfig())
+	srv.snaps.LoadIndex(ctx)
 	if cfg.ModelPath != "" {
 		if err := srv.loadLocked(ctx, cfg.ModelPath, cfg.ContextTokens); err != nil {
-			if srv.cold != nil {
-				srv.cold.Close()
-			}
+			srv.tiers.Close(ctx)
 			owner.release()
 			return nil, err
 		}
@@ -225,17 +223,12 @@ func (srv *Server) Shutdown(ctx context.Context) error {
 	}
 	if err == nil {
 		// Automatic snapshots of the sessions just closed finish first.
-		err = wait(&srv.snapWG)
+		err = srv.snaps.Wait(ctx)
 	}
-	if srv.cold != nil {
-		if e := srv.cold.CloseContext(ctx); e != nil {
-			srv.log.Warn("SSD tier: closing", "err", e)
-		}
-	}
+	srv.tiers.Close(ctx)
 	if err == nil {
 		if err = srv.slot.acquire(ctx); err == nil {
 			srv.slot.unload()
-			srv.metrics.setArena(nil)
 			srv.publishSlot()
 			srv.slot.release()
 		}

@@ -398,8 +398,8 @@ func TestCancelDecodeWithinAToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ex.GeneratedTokens < 4 {
-		t.Fatalf("explain after cancel: generated %d", ex.GeneratedTokens)
+	if int(ex.GeneratedTokens) < got { // every delivered token stays (PROTOCOL.md)
+		t.Fatalf("explain after cancel: generated %d, %d delivered", ex.GeneratedTokens, got)
 	}
 	// The session decodes again.
 	if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 3}, nil); err != nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/shm"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // slot is the single model slot. Its token (turns, handed out first come,
@@ -31,20 +33,18 @@ type slot struct {
 	capacity        policy.Capacity
 	resident        *session // whose tape is in sequence 0
 	holders         int      // open sessions; a non-zero count pins the model
-	hot             hotConfig
-	arena           *shm.Arena
-	arenaBytes      int64
+	hot             layout.HotConfig
+	tiers           *tiers.Tiers // the loaded model's arena lives there
 	nextBlock       uint64
 	kv              policy.KVType
-	fig             figures       // measured at load: restore or recompute
-	coldBytes       int64         // the SSD tier's quota (0: off); counts toward sessionTokens
-	orphans         []*orphanTape // parked blocks without a session, oldest first
-	arenaMaxSession uint64        // largest session id found in a re-attached arena
-	deviceReason    string        // why the model runs where it does (Status)
+	fig             figures // measured at load: restore or recompute
+	ssdBytes        int64   // the SSD tier's quota (0: off); counts toward sessionTokens
+	arenaMaxSession uint64  // largest session id found in a re-attached arena
+	deviceReason    string  // why the model runs where it does (Status)
 }
 
-func newSlot(log *slog.Logger) *slot {
-	s := &slot{log: log}
+func newSlot(log *slog.Logger, t *tiers.Tiers) *slot {
+	s := &slot{log: log, tiers: t}
 	s.view.Store(&slotView{})
 	return s
 }
@@ -138,16 +138,16 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		m.Close()
 		return "", err
 	}
-	if hc.noShift {
+	if hc.NoShift {
 		o.log("hot set off: llama.cpp reports this model cannot shift positions; serving dense attention within its window", "window", facts.TrainedContext)
 		capa.ContextTokens = min(capa.ContextTokens, int64(facts.TrainedContext))
-		hc = hotConfig{}
+		hc = layout.HotConfig{}
 	}
 	cells := int(capa.ContextTokens)
-	if hc.budget > 0 {
+	if hc.Budget > 0 {
 		// The hot set, plus room for a block passing through the scratch
 		// sequence while it is inserted.
-		cells = hc.limit + 2*hc.block
+		cells = hc.Limit + 2*hc.Block
 	}
 	ectx, err := m.NewContext(engine.ContextOptions{
 		ContextTokens:  cells,
@@ -164,27 +164,27 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		}
 		return "", fmt.Errorf("%w: %w", protocol.ErrResourceExhausted, err)
 	}
-	if err := checkScorers(hc.scorers, ectx); hc.budget > 0 && err != nil {
+	if err := checkScorers(hc.Scorers, ectx); hc.Budget > 0 && err != nil {
 		if o.cfg.Scorers != "" {
 			ectx.Close()
 			m.Close()
 			return "", fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 		// The default asks for what this engine lacks: lexical alone.
-		hc.scorers = policy.ScorerLexical
+		hc.Scorers = policy.ScorerLexical
 		o.log("retrieval ranks with the lexical scorer only", "reason", err)
 	}
 	costAt := 0
-	if hc.budget > 0 {
-		costAt = min(hc.limit/2, 256)
+	if hc.Budget > 0 {
+		costAt = min(hc.Limit/2, 256)
 	}
-	fig := measureFigures(ctx, ectx, facts, elemBytes(o.kvType), costAt)
+	fig := measureFigures(ctx, ectx, facts, tiers.ElemBytes(o.kvType), costAt)
 	if err := ctx.Err(); err != nil {
 		ectx.Close()
 		m.Close()
 		return "", fmt.Errorf("%w: loading %s: %w", protocol.ErrCancelled, o.path, err)
 	}
-	if hc.budget > 0 && o.cfg.TurnLatency > 0 {
+	if hc.Budget > 0 && o.cfg.TurnLatency > 0 {
 		var msg string
 		if hc, msg = latencyBound(hc, fig, o.cfg.TurnLatency, o.cfg.TurnSuffixTokens); msg != "" {
 			o.log(msg)
@@ -192,9 +192,9 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	}
 	var arena *shm.Arena
 	var arenaBytes int64
-	var orphans []*orphanTape
+	var orphans []*tiers.OrphanTape
 	var maxID, maxSession uint64
-	if hc.budget > 0 {
+	if hc.Budget > 0 {
 		arenaBytes = o.cfg.ArenaBytes
 		if arenaBytes == 0 {
 			arenaBytes = usable / 4
@@ -215,8 +215,8 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 			o.log("arena block dropped", "id", d.ID, "err", d.Err)
 		}
 		// Parked blocks of a previous run become orphan tapes that new
-		// sessions resume from (orphan.go); ids continue above theirs.
-		orphans, maxID, maxSession = collectOrphans(a, s.log)
+		// sessions resume from (layout/adopt.go); ids continue above theirs.
+		orphans, maxID, maxSession = tiers.CollectOrphans(a, s.log)
 		if n := len(orphans); n > 0 {
 			o.log("arena re-attached: parked blocks of an earlier ctxd kept for resume", "tapes", n)
 		}
@@ -224,21 +224,18 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	}
 	s.unload()
 	s.model, s.ectx, s.facts, s.capacity = m, ectx, facts, capa
-	s.hot, s.arena, s.arenaBytes, s.kv = hc, arena, arenaBytes, o.kvType
+	s.hot, s.kv = hc, o.kvType
 	s.fig = fig
 	s.deviceReason = plan.reason
-	s.orphans, s.nextBlock, s.arenaMaxSession = orphans, max(s.nextBlock, maxID), maxSession
+	s.nextBlock, s.arenaMaxSession = max(s.nextBlock, maxID), maxSession
+	s.tiers.Attach(arena, arenaBytes, orphans, ssdCompatOf(facts, o.kvType, o.flashAttention), tiers.ElemBytes(o.kvType))
 	return capa.Warning, nil
 }
 
 // unload frees the model; the caller holds the token and checked holders.
 func (s *slot) unload() {
-	if s.arena != nil {
-		s.arena.Close()
-		s.arena = nil
-	}
-	s.hot = hotConfig{}
-	s.orphans = nil
+	s.tiers.Detach()
+	s.hot = layout.HotConfig{}
 	if s.ectx != nil {
 		s.ectx.Close()
 	}
@@ -261,21 +258,27 @@ func (s *slot) contextTokens() int {
 // sessionTokens is the most tokens a session may hold: the context in
 // dense mode; the hot budget plus what the arena holds in hot-set mode.
 func (s *slot) sessionTokens() int {
-	if s.hot.budget == 0 {
+	if s.hot.Budget == 0 {
 		return s.contextTokens()
 	}
-	in := policy.SessionTokensInput{HotLimit: s.hot.limit, BlockTokens: s.hot.block,
+	in := policy.SessionTokensInput{HotLimit: s.hot.Limit, BlockTokens: s.hot.Block,
 		KVBytesPerToken:   s.facts.KVBytesPerToken(s.kvType()),
 		RecordHeaderBytes: shm.BlockHeaderBytes, TokenBytes: shm.TokenBytes,
-		ArenaBytes: s.arenaBytes, ColdBytes: s.coldBytes}
-	if s.arena != nil {
-		st := s.arena.Stats()
+		ArenaBytes: s.tiers.ArenaBytes(), ColdBytes: s.ssdBytes}
+	if st, ok := s.tiers.ArenaStats(); ok {
 		in.SlabBytes, in.CapacitySlabs = st.SlabBytes, st.CapacitySlabs
 	}
 	return policy.SessionTokens(in)
 }
 
 func (s *slot) kvType() policy.KVType { return s.kv }
+
+// newBlockID names a new hot-set block; ids continue above those an
+// earlier run left in the arena.
+func (s *slot) newBlockID() uint64 {
+	s.nextBlock++
+	return s.nextBlock
+}
 
 // makeResident puts sess's tape into the engine, parking the resident
 // session's KV in host memory. The caller holds the token.
@@ -295,7 +298,7 @@ func (s *slot) makeResident(sess *session) error {
 			return fmt.Errorf("%w: parking session %d: %w", protocol.ErrInternal, cur.id, err)
 		}
 		cur.parked = &st
-		cur.logitsAt = -1
+		cur.LogitsAt = -1
 	}
 	s.ectx.Clear()
 	s.resident = nil
@@ -303,33 +306,19 @@ func (s *slot) makeResident(sess *session) error {
 		if err := s.ectx.LoadSeq(*sess.parked); err != nil {
 			// The parked bytes are unusable: start the session empty rather
 			// than serve a tape that does not match the KV.
-			sess.resetTape()
+			sess.Reset()
 			s.ectx.Clear()
 		}
 		sess.parked = nil
 	}
-	sess.logitsAt = -1
+	sess.LogitsAt = -1
 	s.resident = sess
 	return nil
 }
 
-// deleteBlock frees a parked block; a failure (the arena closed, the
-// block already gone) is logged: the block is unusable either way.
-func (s *slot) deleteBlock(id uint64) {
-	if err := s.arena.Delete(id); err != nil {
-		s.log.Warn("arena: freeing a block", "id", id, "err", err)
-	}
-}
-
-// forget drops sess from the engine if resident.
+// forget drops sess from the engine if resident; its layout has released
+// what it kept below the engine.
 func (s *slot) forget(sess *session) {
-	if sess.hot != nil && s.arena != nil {
-		for _, b := range sess.hot.blocks {
-			if b.stored {
-				s.deleteBlock(b.id)
-			}
-		}
-	}
 	if s.resident == sess {
 		s.ectx.Clear()
 		s.resident = nil
@@ -346,28 +335,28 @@ func threadsOr(n int) int {
 
 // resolveHot fills the hot-set settings from the configuration and the
 // model, refusing budgets that cannot hold what must stay hot.
-func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (hotConfig, error) {
+func resolveHot(cfg *Config, facts engine.Facts, capa policy.Capacity) (layout.HotConfig, error) {
 	if cfg == nil || cfg.HotTokens == 0 {
-		return hotConfig{}, nil
+		return layout.HotConfig{}, nil
 	}
 	if !facts.CanShift {
 		// Without position shifts blocks cannot move: dense attention
 		// within the window is all that is left.
-		return hotConfig{noShift: true}, nil
+		return layout.HotConfig{NoShift: true}, nil
 	}
 	scorers, err := cfg.ScorerSet()
 	if err != nil {
-		return hotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
+		return layout.HotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	in := cfg.hotLimitsInput()
 	in.TrainedContext, in.MemoryTokens = facts.TrainedContext, int(capa.MemoryTokens)
 	l, err := policy.ResolveHotLimits(in)
 	if err != nil {
-		return hotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
+		return layout.HotConfig{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if l.Budget == 0 {
-		return hotConfig{}, nil // too small a window or memory for a hot set: dense
+		return layout.HotConfig{}, nil // too small a window or memory for a hot set: dense
 	}
-	hc := hotConfig{scorers: scorers}.withLimits(l)
+	hc := layout.HotConfig{Scorers: scorers}.WithLimits(l)
 	return hc, nil
 }

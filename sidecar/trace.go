@@ -3,10 +3,11 @@ package sidecar
 import (
 	"time"
 
-	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
-// Tracing markers. Bringing a parked block back into the engine (a fetch)
+// Tracing markers. The tiers (package tiers) run every fetch's phases
+// through their Observer, the metrics here (beginPhase/end). Bringing a parked block back into the engine (a fetch)
 // runs in phases; each phase is bracketed by two calls of empty marker
 // functions that eBPF uprobes attach to (tools/ctxtrace), and timed on the
 // Go side as well (ctxd_fetch_phase_seconds{phase}), which is what
@@ -32,28 +33,9 @@ import (
 //	2 decompress     decompressing a block read from the SSD tier
 //	3 engine_insert  inserting the KV into the engine (InsertRange)
 
-// fetchPhase numbers a phase of a block fetch; it is the marker's first
-// argument.
-type fetchPhase int
-
-const (
-	phaseArenaLookup  fetchPhase = 1
-	phaseDecompress   fetchPhase = 2
-	phaseEngineInsert fetchPhase = 3
-	phaseCount                   = 4 // one past the last phase
-)
-
-func (p fetchPhase) String() string {
-	switch p {
-	case phaseArenaLookup:
-		return "arena_lookup"
-	case phaseDecompress:
-		return "decompress"
-	case phaseEngineInsert:
-		return "engine_insert"
-	}
-	return "unknown"
-}
+// fetchPhase numbers a phase of a block fetch (tiers.Phase); it is the
+// marker's first argument.
+type fetchPhase = tiers.Phase
 
 // fetchPhaseBegin marks the start of a fetch phase for uprobes.
 //
@@ -83,36 +65,11 @@ func (m *metrics) beginPhase(p fetchPhase, block uint64) phaseTimer {
 func (t phaseTimer) end() time.Duration {
 	d := time.Since(t.start)
 	fetchPhaseEnd(t.phase, t.block)
-	t.m.FetchPhase(t.phase, d)
+	t.m.observePhase(t.phase, d)
 	return d
 }
 
-// readParkedKV reads block id's KV from the arena into dst: the
-// arena_lookup phase of a fetch, also the fetch latency of tier "arena".
-func (srv *Server) readParkedKV(id uint64, dst []byte) ([]byte, error) {
-	t := srv.metrics.beginPhase(phaseArenaLookup, id)
-	kv, err := srv.slot.arena.ReadKV(id, dst)
-	d := t.end()
-	if err == nil {
-		srv.metrics.ObserveFetch(TierArena, d)
-	}
-	return kv, err
-}
-
-// insertFetched inserts a fetched block's KV at position at: the
-// engine_insert phase of a fetch.
-func (srv *Server) insertFetched(id uint64, r engine.Range, at int) error {
-	t := srv.metrics.beginPhase(phaseEngineInsert, id)
-	err := srv.slot.ectx.InsertRange(r, at)
-	t.end()
-	return err
-}
-
-// traceDecompress runs decompress as the decompress phase of fetching
-// block id (the SSD tier's restore path calls it).
-func (srv *Server) traceDecompress(id uint64, decompress func() error) error {
-	t := srv.metrics.beginPhase(phaseDecompress, id)
-	err := decompress()
-	t.end()
-	return err
+// FetchPhase marks the start of phase p of fetching block (tiers.Observer).
+func (m *metrics) FetchPhase(p tiers.Phase, block uint64) func() time.Duration {
+	return m.beginPhase(p, block).end
 }

@@ -26,7 +26,7 @@ type slotView struct {
 func (srv *Server) publishSlot() {
 	v := &slotView{}
 	if srv.slot.model != nil {
-		v.model, v.capacity, v.device, v.compat = srv.modelInfo(), srv.capacityReply(), srv.deviceInfo(), srv.coldCompat()
+		v.model, v.capacity, v.device, v.compat = srv.modelInfo(), srv.capacityReply(), srv.deviceInfo(), srv.ssdCompat()
 	}
 	srv.slot.view.Store(v)
 }
@@ -45,6 +45,6 @@ func (srv *Server) explainView(sess *session) *pb.ExplainReply {
 		rep = proto.Clone(p).(*pb.ExplainReply)
 	}
 	rep.Capacity = srv.slot.view.Load().capacity
-	rep.Cold = srv.coldStatus()
+	rep.Cold = srv.ssdStatus()
 	return rep
 }

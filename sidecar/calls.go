@@ -9,11 +9,19 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
+
+// The session calls: OpenSession, EnsurePrefix, PrefillSuffix, Decode and
+// CloseSession, and the sessions' lifetime (opening, finding, closing).
+// Each call takes the session's call lock and the engine token
+// (withSession) and drives the session's layout.
 
 // formatVersion versions the meaning of KV bytes and tapes; part of every
 // compatibility key.
@@ -49,14 +57,12 @@ func (srv *Server) openSession(ctx context.Context, connID uint64, r *pb.OpenSes
 	srv.mu.Lock()
 	srv.nextSession++
 	sess := newSession(srv.nextSession, r.GetName(), connID)
-	sess.cold = r.GetCold()
+	sess.ephemeral = r.GetCold()
 	srv.sessions[sess.id] = sess
 	srv.mu.Unlock()
 	srv.slot.holders++
 	srv.log.Debug("session opened", "session", sess.id, "name", sess.name, "conn", connID)
-	if srv.slot.hot.budget > 0 {
-		sess.hot = newHotState()
-	}
+	sess.layout = srv.newLayout(sess)
 	srv.publishSession(sess)
 	return &pb.OpenSessionReply{SessionId: sess.id, ContextTokens: int64(srv.slot.sessionTokens()), CompatKey: srv.compatKey("plain")}, nil
 }
@@ -88,6 +94,17 @@ func (srv *Server) compatKey(template string) string {
 		FlashAttention: srv.cfg.FlashAttention, ContextTokens: int64(srv.slot.contextTokens()),
 		FormatVersion: formatVersion, Backend: backendSettings(srv.slot.facts.Placement),
 	}.String()
+}
+
+// ssdCompatOf is the SSD tier's key prefix for blocks of a model with
+// these facts and KV settings.
+func ssdCompatOf(facts engine.Facts, kv policy.KVType, flashAttention bool) coldstore.Compat {
+	return tiers.Compat(facts.Digest, kv, flashAttention, formatVersion, backendSettings(facts.Placement))
+}
+
+// ssdCompat is the SSD tier's key prefix for the loaded model.
+func (srv *Server) ssdCompat() coldstore.Compat {
+	return ssdCompatOf(srv.slot.facts, srv.cfg.KVType, srv.cfg.FlashAttention)
 }
 
 // withSession finds the caller's session, marks it busy, takes the engine
@@ -123,10 +140,10 @@ func (srv *Server) withSession(ctx context.Context, connID, id uint64, f func(*s
 	return f(sess)
 }
 
-func prefixReply(r syncResult, start time.Time) *pb.PrefixReply {
+func prefixReply(r layout.SyncResult, start time.Time) *pb.PrefixReply {
 	return &pb.PrefixReply{
-		PromptTokens: int64(r.promptTokens), ReusableTokens: int64(r.reusable), ReusedTokens: int64(r.reused),
-		PrefilledTokens: int64(r.prefilled), DroppedTokens: int64(r.dropped), ElapsedUs: time.Since(start).Microseconds(),
+		PromptTokens: int64(r.PromptTokens), ReusableTokens: int64(r.Reusable), ReusedTokens: int64(r.Reused),
+		PrefilledTokens: int64(r.Prefilled), DroppedTokens: int64(r.Dropped), ElapsedUs: time.Since(start).Microseconds(),
 	}
 }
 
@@ -139,7 +156,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 	if !knownTemplate(m.Template) {
 		return nil, fmt.Errorf("%w: unknown prompt template %q (known: plain, and %s<name> for texts a client rendered)", protocol.ErrInvalidManifest, m.Template, renderedPrefix)
 	}
-	var res syncResult
+	var res layout.SyncResult
 	var resumed string
 	var resumedTokens int
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
@@ -152,12 +169,12 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if err != nil {
 			return err
 		}
-		if len(sess.tape) == 0 {
+		if len(sess.Tokens) == 0 {
 			// Cross-session resume: an empty session whose prompt starts
 			// like a stored snapshot takes its KV instead of prefilling.
-			resumed, resumedTokens = srv.resume(ctx, sess, target.tokens)
+			resumed, resumedTokens = srv.resume(ctx, sess, target.Tokens)
 		}
-		res, err = srv.sync(ctx, sess, target, false, true, false)
+		res, err = sess.layout.Sync(ctx, target, false, true, false)
 		if errors.Is(err, protocol.ErrContextOverflow) {
 			return err // nothing was touched
 		}
@@ -181,7 +198,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		extra[i] = protocol.SegmentFromWire(w)
 		extra[i].Stable = false
 	}
-	var res syncResult
+	var res layout.SyncResult
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
 		if sess.manifest == nil {
 			return fmt.Errorf("%w: prefill_suffix before ensure_prefix", protocol.ErrInvalidArgument)
@@ -194,16 +211,16 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		if err != nil {
 			return err
 		}
-		suffix, err := srv.tokenizeSegments(sess, all.Suffix(), false, len(stable.tokens))
+		suffix, err := srv.tokenizeSegments(sess, all.Suffix(), false, len(stable.Tokens))
 		if err != nil {
 			return err
 		}
-		target := prompt{tokens: append(stable.tokens, suffix.tokens...), spans: append(stable.spans, suffix.spans...), turn: len(stable.tokens)}
-		res, err = srv.sync(ctx, sess, target, true, false, true)
+		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens)}
+		res, err = sess.layout.Sync(ctx, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
-		base := len(stable.tokens)
-		res.reusable = max(0, res.reusable-base)
-		res.reused = max(0, res.reused-base)
+		base := len(stable.Tokens)
+		res.Reusable = max(0, res.Reusable-base)
+		res.Reused = max(0, res.Reused-base)
 		return err
 	})
 	if err != nil {
@@ -237,12 +254,12 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 	var out textOut
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
 		ectx := srv.slot.ectx
-		if len(sess.tape) == 0 {
+		if len(sess.Tokens) == 0 {
 			return fmt.Errorf("%w: decode on an empty session", protocol.ErrInvalidArgument)
 		}
-		if sess.logitsAt != len(sess.tape) || ectx.Logits() == nil {
+		if sess.LogitsAt != len(sess.Tokens) || ectx.Logits() == nil {
 			// Logits were lost (parked, or nothing prefilled).
-			if err := srv.refreshLogits(ctx, sess); err != nil {
+			if err := sess.refreshLogits(ctx); err != nil {
 				return err
 			}
 		}
@@ -251,16 +268,16 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			return fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 		}
 		defer smp.Close()
-		genStart := len(sess.tape)
-		sess.spans = append(sess.spans, span{seg: policy.Segment{ID: "<generated>", Kind: policy.KindUserTurn, Class: policy.ClassVolatile}, start: genStart, end: genStart, generated: true})
+		genStart := len(sess.Tokens)
+		sess.Spans = append(sess.Spans, layout.Span{Seg: policy.Segment{ID: "<generated>", Kind: policy.KindUserTurn, Class: policy.ClassVolatile}, Start: genStart, End: genStart, Generated: true})
 		defer func() {
-			if len(sess.tape) == genStart {
-				sess.spans = sess.spans[:len(sess.spans)-1]
+			if len(sess.Tokens) == genStart {
+				sess.Spans = sess.Spans[:len(sess.Spans)-1]
 			} else {
-				sess.spans[len(sess.spans)-1].end = len(sess.tape)
+				sess.Spans[len(sess.Spans)-1].End = len(sess.Tokens)
 			}
 			// The turn has ended: invalidate_on_turn segments expire.
-			sess.expireFrom = turnCut(sess.spans)
+			sess.ExpireFrom = turnCut(sess.Spans)
 		}()
 		limit := srv.slot.sessionTokens()
 		for i := 0; ; i++ {
@@ -274,12 +291,12 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			}
 			if i > 0 {
 				// Between tokens other sessions' calls get their turns.
-				sess.spans[len(sess.spans)-1].end = len(sess.tape)
+				sess.Spans[len(sess.Spans)-1].End = len(sess.Tokens)
 				if err := srv.yield(sess); err != nil {
 					return err
 				}
-				if sess.logitsAt != len(sess.tape) {
-					if err := srv.refreshLogits(ctx, sess); err != nil {
+				if sess.LogitsAt != len(sess.Tokens) {
+					if err := sess.refreshLogits(ctx); err != nil {
 						if ctx.Err() != nil {
 							reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
 							return nil
@@ -319,11 +336,14 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 				}
 			}
 			reply.Tokens++
-			if len(sess.tape) >= limit {
+			if len(sess.Tokens) >= limit {
 				reply.Reason = pb.StopReason_STOP_REASON_CONTEXT_FULL
 				break
 			}
-			if err := srv.appendTokens(ctx, sess, []engine.Token{tok}); err != nil {
+			// The token has been reported: it goes into the session even
+			// when the call is cancelled meanwhile (one token's decode
+			// bounds the delay), so the reply and the tape agree.
+			if err := sess.layout.AppendTokens(context.WithoutCancel(ctx), []engine.Token{tok}); err != nil {
 				if ctx.Err() != nil {
 					reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
 					return nil
@@ -361,66 +381,6 @@ func checkSampling(p engine.SamplingParams) error {
 	return nil
 }
 
-// textOut assembles generated text as valid UTF-8: bytes of a character
-// split across tokens are held back until it is complete.
-type textOut struct {
-	text    strings.Builder // emitted, valid UTF-8
-	pending []byte          // an incomplete character's first bytes
-	cut     int             // text length up to a stop string, or -1
-}
-
-// push adds a token's bytes and returns the valid UTF-8 they complete.
-func (o *textOut) push(piece string) string {
-	o.pending = append(o.pending, piece...)
-	n := validPrefix(o.pending)
-	// An invalid byte that can never complete becomes U+FFFD.
-	out := strings.ToValidUTF8(string(o.pending[:n]), "\uFFFD")
-	o.pending = append(o.pending[:0], o.pending[n:]...)
-	o.text.WriteString(out)
-	return out
-}
-
-// validPrefix is the length of b without a trailing incomplete character
-// (at most 3 bytes that could still become one).
-func validPrefix(b []byte) int {
-	for k := 1; k <= 3 && k <= len(b); k++ {
-		i := len(b) - k
-		if utf8.RuneStart(b[i]) {
-			if !utf8.FullRune(b[i:]) {
-				return i
-			}
-			break
-		}
-	}
-	return len(b)
-}
-
-// stop reports whether the text so far contains a stop string, recording
-// where the text ends.
-func (o *textOut) stop(stops []string) bool {
-	t := o.text.String()
-	for _, s := range stops {
-		if i := strings.Index(t, s); i >= 0 {
-			o.cut = i + 1
-			return true
-		}
-	}
-	return false
-}
-
-// final is the reply text: up to a stop string, with held-back bytes as
-// U+FFFD.
-func (o *textOut) final() string {
-	if o.cut > 0 {
-		return o.text.String()[:o.cut-1]
-	}
-	if len(o.pending) > 0 {
-		o.text.WriteString("\uFFFD")
-		o.pending = nil
-	}
-	return o.text.String()
-}
-
 // ownedSession finds session id for the connection connID (0: in-process
 // callers, which may use any session).
 func (srv *Server) ownedSession(connID, id uint64) (*session, error) {
@@ -432,6 +392,33 @@ func (srv *Server) ownedSession(connID, id uint64) (*session, error) {
 	}
 	if connID != 0 && sess.connID != connID {
 		return nil, fmt.Errorf("%w: session %d belongs to another connection", protocol.ErrPermissionDenied, id)
+	}
+	return sess, nil
+}
+
+// anySession finds session id (0: the most recently used) for any caller.
+func (srv *Server) anySession(id uint64) (*session, error) {
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if id == 0 {
+		id = srv.lastSession
+		if _, ok := srv.sessions[id]; !ok {
+			// The last used session is gone: the most recently used open one.
+			var best *session
+			for _, s := range srv.sessions {
+				if best == nil || s.lastUsed.After(best.lastUsed) {
+					best = s
+				}
+			}
+			if best == nil {
+				return nil, fmt.Errorf("%w: no open session", protocol.ErrNotFound)
+			}
+			return best, nil
+		}
+	}
+	sess, ok := srv.sessions[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: session %d", protocol.ErrNotFound, id)
 	}
 	return sess, nil
 }
@@ -464,16 +451,9 @@ func (srv *Server) dropSession(ctx context.Context, sess *session) error {
 	}
 	sess.closed = true
 	if srv.slot.model != nil {
-		if sess.hot != nil {
-			for _, b := range sess.hot.blocks {
-				srv.dropCold(b)
-			}
-		}
-		if sess.hot != nil && srv.slot.arena != nil && !sess.cold {
-			// Its parked blocks stay for a later session to resume.
-			srv.orphanFromSession(sess)
-			sess.hot.blocks = nil
-		}
+		// Its parked blocks stay for a later session to resume, unless it
+		// was opened ephemeral ("cold").
+		sess.layout.Release(!sess.ephemeral)
 		srv.slot.forget(sess)
 	}
 	srv.slot.holders--

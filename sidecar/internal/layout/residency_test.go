@@ -1,0 +1,46 @@
+package layout
+
+import (
+	"testing"
+
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
+)
+
+// Every residency is one combination of "in the engine" and a copy tier,
+// and the transitions keep the copy while moving in and out of the engine.
+func TestResidencyTransitions(t *testing.T) {
+	for _, in := range []bool{false, true} {
+		for _, where := range []tiers.Tier{tiers.None, tiers.Arena, tiers.SSD} {
+			r := residencyOf(in, where)
+			if r.inEngine() != in || r.copyTier() != where {
+				t.Fatalf("residencyOf(%v, %v) = %v: in engine %v, copy %v", in, where, r, r.inEngine(), r.copyTier())
+			}
+			if e := r.evicted(); e.inEngine() || e.copyTier() != where {
+				t.Fatalf("%v evicted = %v", r, e)
+			}
+			if a := r.admitted(); !a.inEngine() || a.copyTier() != where {
+				t.Fatalf("%v admitted = %v", r, a)
+			}
+			if d := r.withCopy(tiers.None); d.inEngine() != in || d.copyTier() != tiers.None {
+				t.Fatalf("%v without its copy = %v", r, d)
+			}
+		}
+	}
+	if resHotOnly.evicted() != resLost || resSpilled.admitted() != resHotSpilled || resHotParked.evicted() != resParked {
+		t.Fatal("named transitions")
+	}
+}
+
+func TestTapeKeepClipsSpansAndExpiry(t *testing.T) {
+	tp := NewTape()
+	tp.Tokens = []int32{1, 2, 3, 4, 5, 6}
+	tp.Spans = []Span{{Start: 0, End: 3}, {Start: 3, End: 6}}
+	tp.ExpireFrom, tp.LogitsAt = 4, 6
+	if n := tp.ReusablePrefix([]int32{1, 2, 3, 4, 5, 6, 7}); n != 4 {
+		t.Fatalf("reusable prefix %d, want 4 (stops at the expired segment)", n)
+	}
+	tp.Keep(4)
+	if len(tp.Tokens) != 4 || len(tp.Spans) != 2 || tp.Spans[1].End != 4 || tp.ExpireFrom != -1 || tp.LogitsAt != -1 {
+		t.Fatalf("after Keep(4): %+v", tp)
+	}
+}

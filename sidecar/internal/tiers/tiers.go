@@ -1,0 +1,422 @@
+package tiers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ctxd/ctxd/coldstore"
+	"github.com/ctxd/ctxd/engine"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+	"github.com/ctxd/ctxd/shm"
+)
+
+// Tier names where a block's KV copy below the engine is kept.
+type Tier uint8
+
+const (
+	None  Tier = iota // no copy
+	Arena             // the host-RAM arena
+	SSD               // the SSD tier
+)
+
+// String names the tier as metrics label it: "arena", "ssd" (or "none").
+func (t Tier) String() string {
+	switch t {
+	case Arena:
+		return "arena"
+	case SSD:
+		return "ssd"
+	}
+	return "none"
+}
+
+// Tiers owns the arena, the SSD tier and the orphan tapes the arena holds.
+// The arena fields change only at a model load or unload; every method
+// runs under the daemon's engine token except the SSD tier's own calls
+// (coldstore.Store is safe for concurrent use), Status and FetchAll's
+// reader.
+type Tiers struct {
+	log   *slog.Logger
+	obs   Observer
+	codec engine.BlobCodec // the engine's state-blob layout, for the SSD envelope
+
+	ssd    *coldstore.Store // nil when off
+	ssdDir string
+	ssdOff string // why the SSD tier is off
+
+	arena      *shm.Arena // the loaded model's; nil without a hot set
+	arenaBytes int64
+	compat     coldstore.Compat // SSD keys of the loaded model's blocks
+	elemBytes  int              // the loaded KV type's byte-plane stride
+	orphans    []*OrphanTape    // parked blocks without a session, oldest first
+}
+
+// New returns tiers with neither an SSD tier (OpenSSD) nor an arena
+// (Attach); obs records what they do, codec lays the engine's blobs out
+// for the SSD tier.
+func New(log *slog.Logger, obs Observer, codec engine.BlobCodec) *Tiers {
+	return &Tiers{log: log, obs: obs, codec: codec}
+}
+
+// SSDConfig says where the SSD tier lives.
+type SSDConfig struct {
+	Off        string // non-empty: the tier stays off, for this reason
+	Dir        string
+	QuotaBytes int64 // 0: a quarter of the free space where it lives
+}
+
+// OpenSSD opens the SSD tier; failures are logged and leave it off.
+func (t *Tiers) OpenSSD(ctx context.Context, cfg SSDConfig) {
+	if cfg.Off != "" {
+		t.ssdOff = cfg.Off
+		return
+	}
+	dir, quota := cfg.Dir, cfg.QuotaBytes
+	if quota == 0 {
+		quota = derivedColdQuota(dir)
+	}
+	st, rep, err := coldstore.Open(ctx, coldstore.Config{
+		Dir: dir, QuotaBytes: quota, Workers: 1, Logger: t.log.With("tier", "ssd"),
+	})
+	if err != nil {
+		t.ssdOff = fmt.Sprintf("cannot open %s: %v", dir, err)
+		t.log.Warn("SSD tier off: sessions run on host RAM only", "dir", dir, "err", err)
+		return
+	}
+	for _, p := range rep.SetAside {
+		t.log.Warn("SSD tier: file set aside", "path", p.Path, "kind", p.Kind, "err", p.Err)
+	}
+	t.log.Info("SSD tier open", "dir", dir, "blocks", rep.Blocks, "snapshots", rep.Snapshots, "bytes", rep.Bytes, "quota", quota)
+	t.ssd, t.ssdDir = st, dir
+}
+
+// derivedColdQuota is a quarter of the free space where the store lives
+// (its parent when the folder does not exist yet); 1 GiB when that cannot
+// be measured.
+func derivedColdQuota(dir string) int64 {
+	var fs unix.Statfs_t
+	for d := dir; ; d = filepath.Dir(d) {
+		if err := unix.Statfs(d, &fs); err == nil {
+			break
+		}
+		if d == filepath.Dir(d) {
+			return 1 << 30
+		}
+	}
+	free := int64(fs.Bavail) * int64(fs.Bsize)
+	return max(free/4, 1)
+}
+
+// SSD is the SSD tier, or nil when it is off.
+func (t *Tiers) SSD() *coldstore.Store { return t.ssd }
+
+// HasArena reports whether the loaded model has an arena.
+func (t *Tiers) HasArena() bool { return t.arena != nil }
+
+// ArenaBytes is the arena's budget (0: no arena).
+func (t *Tiers) ArenaBytes() int64 { return t.arenaBytes }
+
+// ArenaStats are the arena's figures; false without an arena.
+func (t *Tiers) ArenaStats() (shm.Stats, bool) {
+	if t.arena == nil {
+		return shm.Stats{}, false
+	}
+	return t.arena.Stats(), true
+}
+
+// ErrSSDOff is the SSD tier being off, with the reason.
+func (t *Tiers) ErrSSDOff() error { return fmt.Errorf("the SSD tier is off: %s", t.ssdOff) }
+
+// SSDQuota is the SSD tier's quota in bytes (0: off).
+func (t *Tiers) SSDQuota() int64 {
+	if t.ssd == nil {
+		return 0
+	}
+	return t.ssd.Stats().QuotaBytes
+}
+
+// Status reports the SSD tier (snapshots: how many the index holds).
+func (t *Tiers) Status(snapshots int) *pb.ColdStatus {
+	if t.ssd == nil {
+		return &pb.ColdStatus{Unavailable: t.ssdOff}
+	}
+	st := t.ssd.Stats()
+	return &pb.ColdStatus{
+		Enabled: true, Dir: t.ssdDir, Blocks: int64(st.Blocks), Bytes: st.Bytes, RawBytes: st.RawBytes,
+		QuotaBytes: st.QuotaBytes, Queued: int64(st.Queued), Written: st.Written, Failed: st.Failed,
+		Unavailable: st.Unavailable, Snapshots: int32(snapshots),
+	}
+}
+
+// Attach takes the loaded model's arena and its orphan tapes; compat and
+// elemBytes key and lay out its blocks in the SSD tier.
+func (t *Tiers) Attach(a *shm.Arena, arenaBytes int64, orphans []*OrphanTape, compat coldstore.Compat, elemBytes int) {
+	t.arena, t.arenaBytes, t.orphans, t.compat, t.elemBytes = a, arenaBytes, orphans, compat, elemBytes
+	t.obs.ArenaChanged(a)
+}
+
+// Detach closes the arena at an unload.
+func (t *Tiers) Detach() {
+	if t.arena != nil {
+		if err := t.arena.Close(); err != nil {
+			t.log.Warn("arena: closing", "err", err)
+		}
+	}
+	t.arena, t.arenaBytes, t.orphans = nil, 0, nil
+	t.obs.ArenaChanged(nil)
+}
+
+// Close closes the SSD tier at shutdown, writing what is queued until ctx
+// ends.
+func (t *Tiers) Close(ctx context.Context) {
+	if t.ssd != nil {
+		if err := t.ssd.CloseContext(ctx); err != nil {
+			t.log.Warn("SSD tier: closing", "err", err)
+		}
+	}
+}
+
+// Park copies a block's KV into the arena. A full arena frees orphan
+// tapes first (closed sessions' blocks go before a live session's); when
+// it is still full park fails with shm.ErrArenaFull and the caller picks a
+// victim to spill or drop.
+func (t *Tiers) Park(b shm.Block) error {
+	if t.arena == nil {
+		return errors.New("no host-RAM arena")
+	}
+	for {
+		err := t.arena.Put(b)
+		if err == nil {
+			t.obs.Parked()
+			return nil
+		}
+		if !errors.Is(err, shm.ErrArenaFull) || !t.FreeOrphan() {
+			return err
+		}
+	}
+}
+
+// DropParked frees a block's arena copy; a failure (the arena closed, the
+// block already gone) is logged: the copy is unusable either way.
+func (t *Tiers) DropParked(id uint64) {
+	if t.arena == nil {
+		return
+	}
+	if err := t.arena.Delete(id); err != nil {
+		t.log.Warn("arena: freeing a block", "id", id, "err", err)
+	}
+}
+
+// DropSSD forgets a block's SSD copy: the quota may collect it again.
+func (t *Tiers) DropSSD(key coldstore.Key) {
+	if t.ssd != nil && key != (coldstore.Key{}) {
+		t.ssd.Unpin(key)
+	}
+}
+
+// Drop frees a block's copy in tier where.
+func (t *Tiers) Drop(where Tier, id uint64, key coldstore.Key) {
+	switch where {
+	case Arena:
+		t.DropParked(id)
+	case SSD:
+		t.DropSSD(key)
+	}
+}
+
+// Spill writes a parked block's KV to the SSD tier before the arena lets
+// it go, and pins it there while a session may retrieve it. key is the
+// block's SSD key when already known (zero: computed here from the
+// bytes). Compression and the write run in the tier's background workers;
+// when their queue is full the write happens here under ctx
+// (back-pressure, not loss). The arena copy is left for the caller to drop.
+func (t *Tiers) Spill(ctx context.Context, id uint64, key coldstore.Key, meta coldstore.BlockMeta) (coldstore.Key, error) {
+	if t.ssd == nil {
+		return key, t.ErrSSDOff()
+	}
+	if err := t.ssd.Err(); err != nil {
+		return key, err
+	}
+	kv, err := t.arena.ReadKV(id, nil)
+	if err != nil {
+		return key, err
+	}
+	if key == (coldstore.Key{}) {
+		key = ContentKey(t.compat, meta.Chain, meta.Pos0, kv)
+	}
+	meta.ElemBytes = t.elemBytes
+	if _, err := t.Store(ctx, key, meta, [][]byte{kv}, false); err != nil {
+		return key, err
+	}
+	t.ssd.Pin(key)
+	return key, nil
+}
+
+// Store writes a blob of parts (each an engine blob of its own) to the SSD
+// tier unless it already holds key; it reports whether it wrote. With
+// wait the write is flushed before it returns; without, it runs in the
+// tier's workers when their queue has room.
+func (t *Tiers) Store(ctx context.Context, key coldstore.Key, meta coldstore.BlockMeta, parts [][]byte, wait bool) (bool, error) {
+	if t.ssd.Has(key) {
+		return false, nil
+	}
+	stored := EncodeBlob(t.codec, parts)
+	err := t.ssd.Enqueue(key, meta, stored)
+	if errors.Is(err, coldstore.ErrQueueFull) {
+		err = t.ssd.Put(ctx, key, meta, stored)
+	}
+	if err == nil && wait {
+		err = t.ssd.Flush(ctx)
+	}
+	return err == nil, err
+}
+
+// Fetch reads a block's KV from tier where into dst (reused when large
+// enough): the arena_lookup or decompress phase of a fetch. A failed or
+// cancelled read leaves the copy as it was.
+func (t *Tiers) Fetch(ctx context.Context, where Tier, id uint64, key coldstore.Key, dst []byte) ([]byte, error) {
+	switch where {
+	case Arena:
+		return t.ReadParked(id, dst)
+	case SSD:
+		return t.readSSDBlock(ctx, id, key)
+	}
+	return nil, fmt.Errorf("block %d has no copy below the engine", id)
+}
+
+// ReadParked reads block id's KV from the arena into dst: the
+// arena_lookup phase of a fetch, also the fetch latency of tier "arena".
+func (t *Tiers) ReadParked(id uint64, dst []byte) ([]byte, error) {
+	end := t.obs.FetchPhase(PhaseArenaLookup, id)
+	kv, err := t.arena.ReadKV(id, dst)
+	d := end()
+	if err == nil {
+		t.obs.Fetched(Arena, d)
+	}
+	return kv, err
+}
+
+// readSSDBlock reads a spilled block back, waiting for its write when it
+// is still queued.
+func (t *Tiers) readSSDBlock(ctx context.Context, id uint64, key coldstore.Key) ([]byte, error) {
+	if t.ssd == nil || key == (coldstore.Key{}) {
+		return nil, fmt.Errorf("block %d has no copy in the SSD tier", id)
+	}
+	kv, err := t.ReadSSD(ctx, key, id)
+	if errors.Is(err, coldstore.ErrNotFound) {
+		if ferr := t.ssd.Flush(ctx); ferr != nil {
+			return nil, ferr
+		}
+		kv, err = t.ReadSSD(ctx, key, id)
+	}
+	return kv, err
+}
+
+// ReadSSD reads key's blob from the SSD tier as the engine's bytes: the
+// decompress phase of fetching block id (0: a snapshot's), also the fetch
+// latency of tier "ssd".
+func (t *Tiers) ReadSSD(ctx context.Context, key coldstore.Key, id uint64) ([]byte, error) {
+	end := t.obs.FetchPhase(PhaseDecompress, id)
+	_, stored, err := t.ssd.Get(ctx, key)
+	var blob []byte
+	if err == nil {
+		blob, err = DecodeBlob(t.codec, stored)
+	}
+	d := end()
+	if err == nil {
+		t.obs.Fetched(SSD, d)
+		t.obs.SSDRead(len(blob), d)
+	}
+	return blob, err
+}
+
+// Insert puts a fetched block's KV into the engine at position at: the
+// engine_insert phase of a fetch.
+func (t *Tiers) Insert(ectx engine.Context, id uint64, r engine.Range, at int) error {
+	end := t.obs.FetchPhase(PhaseEngineInsert, id)
+	err := ectx.InsertRange(r, at)
+	end()
+	return err
+}
+
+// Fetched is one blob read from the SSD tier.
+type Fetched struct {
+	Blob []byte
+	Err  error
+}
+
+// FetchAll reads keys in order in the background, a few blobs ahead of
+// the consumer, so decompression overlaps engine inserts.
+func (t *Tiers) FetchAll(ctx context.Context, keys []coldstore.Key) (<-chan Fetched, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan Fetched, 4)
+	go func() {
+		defer close(out)
+		for _, k := range keys {
+			blob, err := t.ReadSSD(ctx, k, 0)
+			select {
+			case out <- Fetched{blob, err}:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, cancel
+}
+
+// KeepOrphan keeps a closing session's chain-contiguous parked blocks as
+// an orphan tape for a later session to resume.
+func (t *Tiers) KeepOrphan(o *OrphanTape) {
+	if len(o.Blocks) > 0 {
+		t.orphans = append(t.orphans, o)
+	}
+}
+
+// FreeOrphan drops the oldest orphan tape's blocks; false when none is left.
+func (t *Tiers) FreeOrphan() bool {
+	if len(t.orphans) == 0 {
+		return false
+	}
+	o := t.orphans[0]
+	t.orphans = t.orphans[1:]
+	for _, m := range o.Blocks {
+		t.DropParked(m.ID)
+	}
+	return true
+}
+
+// OrphanPrefixes are, per orphan tape (oldest first), the tokens it
+// shares with target.
+func (t *Tiers) OrphanPrefixes(target []engine.Token) []int {
+	out := make([]int, len(t.orphans))
+	for i, o := range t.orphans {
+		out[i] = commonPrefix(o.Tokens, target)
+	}
+	return out
+}
+
+// TakeOrphan removes orphan tape i and hands it to the caller.
+func (t *Tiers) TakeOrphan(i int) *OrphanTape {
+	o := t.orphans[i]
+	t.orphans = append(t.orphans[:i:i], t.orphans[i+1:]...)
+	return o
+}
+
+// CopyParked copies block id's KV out of the arena for a snapshot (no
+// fetch: nothing enters the engine, so it is not traced).
+func (t *Tiers) CopyParked(id uint64) ([]byte, error) { return t.arena.ReadKV(id, nil) }
+
+func commonPrefix(a, b []engine.Token) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}

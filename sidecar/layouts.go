@@ -1,0 +1,35 @@
+package sidecar
+
+import (
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/sidecar/internal/layout"
+)
+
+// layoutEnv describes the loaded model to sess's new layout; the caller
+// holds the slot token.
+func (srv *Server) layoutEnv(sess *session) *layout.Env {
+	s := srv.slot
+	return &layout.Env{
+		Engine: s.ectx, Tiers: srv.tiers, Counters: srv.metrics, Hot: &s.hot,
+		ContextTokens: s.contextTokens(), KVBytesPerToken: s.facts.KVBytesPerToken(srv.cfg.KVType), KVType: s.kvType(),
+		Attention:     policy.AttentionShape{Layers: s.facts.Layers, Heads: s.facts.Heads, KVHeads: s.facts.KVHeads, HeadDim: s.facts.HeadDim},
+		SessionTokens: s.sessionTokens, NewBlockID: s.newBlockID,
+		RestoreRates: func() (float64, float64, float64) {
+			return s.fig.readBPS, s.fig.decompressBPS(), s.fig.prefillTokensPerSec
+		},
+		Yield:         func() error { return srv.yield(sess) },
+		Contended:     func() bool { waiting, _ := s.token.contended(); return waiting },
+		Progress:      reportProgress,
+		WantsProgress: wantsProgress,
+	}
+}
+
+// newLayout is the layout a session opened on the loaded model gets: a
+// hot set when the model runs one, else dense.
+func (srv *Server) newLayout(sess *session) layout.Layout {
+	env := srv.layoutEnv(sess)
+	if srv.slot.hot.Budget > 0 {
+		return layout.NewHotSet(env, &sess.Tape, sess.id)
+	}
+	return layout.NewDense(env, &sess.Tape)
+}
