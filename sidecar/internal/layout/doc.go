@@ -39,7 +39,8 @@
 //
 // Files: layout.go (Layout, Env), tape.go (Tape, spans, prompts),
 // dense.go, hotset.go (residency, sealing, eviction, compaction,
-// admission), retrieval.go (retrieval reports for explain), adopt.go
+// admission), retrieval.go (retrieval reports for explain), attention.go
+// (the attention scorer: key summaries, the query probe, fusion), adopt.go
 // (orphan tapes kept and adopted), capture.go and restore.go (snapshots),
 // explain.go, check.go (the invariants).
 package layout
