@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"math/rand"
+	"os"
 	"strings"
 	"time"
 
@@ -102,6 +104,9 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 	asJSON := fs.Bool("json", false, "print JSON (with --needle both: an object with one result per needle kind)")
 	withDense := fs.Bool("dense", true, "also measure dense attention at the distance (capped at 8k tokens)")
 	threads := fs.Int("threads", 0, "llama.cpp threads (0: all CPUs; 1 is faster on a machine shared with other jobs)")
+	aloneBaseline := fs.Bool("baseline-alone", false, "diagnostic: leave the needles not asked out of the baseline's window (filler in their place), so that the baseline holds the asked needle alone, as a retrieved block does")
+	baselineTokens := fs.Int("baseline-tokens", 0, "diagnostic: the baseline's haystack length in tokens (0: its own layout; at most what the window holds beside the query turn and the answer)")
+	trialLog := fs.String("trial-log", "", "write one JSON line per ask (baseline and each scorer) to this file: accuracy, the needle's span, its offset in its block, the retrieved blocks and the hot ranges")
 	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
 	}
@@ -158,6 +163,14 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 		return err
 	}
 	srcs := newNeedleSources(filler, source, facts.VocabSize)
+	if *trialLog != "" {
+		f, err := os.Create(*trialLog)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		srcs.log = &trialLogger{enc: json.NewEncoder(f)}
+	}
 	w := facts.TrainedContext
 	far := *windows * w
 	kv := facts.KVBytesPerToken(policy.KVTypeF16)
@@ -185,7 +198,7 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 	}
 
 	base := shape
-	base.baseline, base.distance = true, 0
+	base.baseline, base.distance, base.aloneBaseline, base.baselineTokens = true, 0, *aloneBaseline, *baselineTokens
 	if base.kind == "both" {
 		base.needles = 2 // one pair fits one window
 	}
@@ -293,11 +306,12 @@ func recallRun(ctx context.Context, e *cli.Env, label string, cfg sidecar.Config
 					return nil, err
 				}
 			}
-			a, _, err := askNeedle(ctx, s, t, q)
+			a, ex, err := askNeedle(ctx, s, t, q)
 			if err != nil {
 				s.Close(context.WithoutCancel(ctx))
 				return nil, fmt.Errorf("%s trial %d: %w", label, k+1, err)
 			}
+			srcs.log.ask(label, k, t, q, sh.block, sh.sinks, a, ex)
 			acc[q.text] += a
 			n[q.text]++
 		}
@@ -381,6 +395,7 @@ func recallScorers(ctx context.Context, e *cli.Env, cfg sidecar.Config, srcs *ne
 				if err != nil {
 					return nil, nil, 0, fmt.Errorf("trial %d, %s: %w", k+1, mode, err)
 				}
+				srcs.log.ask(mode.String(), k, t, q, sh.block, sh.sinks, a, ex)
 				f := figs[q.text][i]
 				f.Acc += a
 				lo, hi := t.span(q)

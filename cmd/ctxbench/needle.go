@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ctxd/ctxd/engine"
@@ -42,6 +43,7 @@ type needleSources struct {
 	hay4   map[uint64]struct{} // 4-grams of filler, cyclically
 	hay8   map[uint64]struct{} // queryDistinct-grams of filler, cyclically
 	vocab  int
+	log    *trialLogger // nil: no per-ask log
 }
 
 func newNeedleSources(filler, source []int32, vocab int) *needleSources {
@@ -83,6 +85,12 @@ type trialShape struct {
 	block     int // the server's block size and sinks: far needles stay inside one block
 	sinks     int
 	baseline  bool
+	// aloneBaseline (a diagnostic) leaves the needles not asked out of
+	// the baseline's haystack: filler in their place.
+	aloneBaseline bool
+	// baselineTokens (a diagnostic) sets the baseline's haystack length
+	// (0: the layout's own), within what the window holds.
+	baselineTokens int
 	// kind is "random" (token ids), "text" (spans of the needle source) or
 	// "both": needles alternately random and text in adjacent blocks (all
 	// about as far back), each asked in turn on the same haystack: one
@@ -129,6 +137,9 @@ func (sh trialShape) layout() (int, []int, error) {
 		minLen := leadTokens + k*needleTokens + (k-1)*gap + 8
 		n := leadTokens + k*needleTokens + (k-1)*gap + (baselineBack - needleTokens - (sh.queryLen() - askTokens))
 		n = min(n, sh.window-2-sh.queryLen()-(needleTokens-askTokens))
+		if sh.baselineTokens > 0 {
+			n = min(max(sh.baselineTokens, minLen), sh.window-2-sh.queryLen()-(needleTokens-askTokens))
+		}
 		if n < minLen {
 			return 0, nil, fmt.Errorf("eval recall: a %d-token window cannot hold %d needles and a %d-token query turn", sh.window, k, sh.queryLen())
 		}
@@ -184,15 +195,18 @@ func (s *needleSources) draw(rng *rand.Rand, sh trialShape) (*trial, error) {
 			continue
 		}
 		t.hay = s.fill(rng, n)
-		for j, o := range offs {
-			copy(t.hay[o:], t.needles[j])
-		}
 		asked := []int{rng.Intn(sh.needles)}
 		if sh.kind == "both" {
 			asked = asked[:0]
 			for j := range sh.needles {
 				asked = append(asked, j)
 			}
+		}
+		for j, o := range offs {
+			if sh.baseline && sh.aloneBaseline && !slices.Contains(asked, j) {
+				continue // filler where the other needles would be
+			}
+			copy(t.hay[o:], t.needles[j])
 		}
 		// Never from the haystack: not from the filler, nor from the
 		// needles placed in it (text needles come from the same source).

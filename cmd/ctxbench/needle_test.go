@@ -83,3 +83,29 @@ func TestNeedleTrials(t *testing.T) {
 		t.Error("8 needles and a 64-token turn fit a 256-token window?")
 	}
 }
+
+// The baseline diagnostics: --baseline-alone leaves the needles not asked
+// out of the baseline's haystack, --baseline-tokens sets its length.
+func TestNeedleBaselineDiagnostics(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	srcs := newNeedleSources(fakeText(rng, 20000, 300, 3), fakeText(rng, 6000, 300, 150), 512)
+	alone := trialShape{needles: 4, queryTurn: 64, window: 256, block: 64, sinks: 4, kind: "text", baseline: true, aloneBaseline: true}
+	for range 10 {
+		tr, err := srcs.draw(rng, alone)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, o := range tr.offsets {
+			placed := slices.Equal(tr.hay[o:o+needleTokens], tr.needles[j])
+			if asked := j == tr.asks[0].needle; placed != asked {
+				t.Fatalf("needle %d (asked %v) placed %v", j, asked, placed)
+			}
+		}
+	}
+	for _, tc := range []struct{ tokens, want int }{{0, 130}, {170, 170}, {1000, 170}, {10, leadTokens + needleTokens + 8}} {
+		sh := trialShape{needles: 1, queryTurn: 64, window: 256, block: 64, sinks: 4, kind: "text", baseline: true, baselineTokens: tc.tokens}
+		if n, _, err := sh.layout(); err != nil || n != tc.want {
+			t.Errorf("--baseline-tokens %d: %d tokens, %v; want %d", tc.tokens, n, err, tc.want)
+		}
+	}
+}
