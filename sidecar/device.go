@@ -40,12 +40,12 @@ func planDevice(cfg *Config, path string, contextTokens int, kv policy.KVType) (
 		// Already-loaded folders are remembered; a folder without backends
 		// leaves the CPU, which ChooseDevice reports below.
 		if err := cfg.Engine.LoadBackends(cfg.BackendDir); err != nil && !errors.Is(err, engine.ErrNoBackends) {
-			return devicePlan{}, fmt.Errorf("%w: %v", protocol.ErrInternal, err)
+			return devicePlan{}, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 		}
 	}
 	dev, ok, reason, err := engine.ChooseDevice(cfg.Engine.Devices(), cfg.Device)
 	if err != nil {
-		return devicePlan{}, fmt.Errorf("%w: %v", protocol.ErrInvalidArgument, err)
+		return devicePlan{}, fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 	}
 	if !ok {
 		return devicePlan{reason: reason}, nil

@@ -109,7 +109,7 @@ func (b *Backend) Devices() []engine.Device {
 // readable file.
 func (b *Backend) ReadLayout(path string) (engine.Layout, error) {
 	if _, err := os.Stat(path); err != nil {
-		return engine.Layout{}, fmt.Errorf("%w: %v", engine.ErrBadModel, err)
+		return engine.Layout{}, fmt.Errorf("%w: %w", engine.ErrBadModel, err)
 	}
 	o := b.opts
 	l := engine.Layout{Layers: o.Layers, KVHeads: o.KVHeads, HeadDim: o.HeadDim, Embd: o.KVHeads * o.HeadDim,
@@ -155,7 +155,7 @@ func digestFile(path string) (string, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("model file %s: %w", path, err)
 		}
-		return "", fmt.Errorf("%w: %v", engine.ErrBadModel, err)
+		return "", fmt.Errorf("%w: %w", engine.ErrBadModel, err)
 	}
 	defer f.Close()
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {

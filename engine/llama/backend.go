@@ -77,7 +77,7 @@ func LoadBackends(dir string) error {
 	}
 	if len(found) == 0 {
 		if _, serr := os.Stat(abs); serr != nil {
-			err = fmt.Errorf("%w: %v", ErrNoBackends, serr)
+			err = fmt.Errorf("%w: %w", ErrNoBackends, serr)
 		} else {
 			err = fmt.Errorf("%w in %s", ErrNoBackends, abs)
 		}

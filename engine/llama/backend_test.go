@@ -2,6 +2,8 @@ package llama
 
 import (
 	"bytes"
+	"errors"
+	"io/fs"
 	"math"
 	"strings"
 	"testing"
@@ -282,5 +284,14 @@ func TestRepeatedTurnsAreExact(t *testing.T) {
 				t.Fatalf("run %d step %d: logits differ from the first run by %g", run, i, d)
 			}
 		}
+	}
+}
+
+// TestReadLayoutKeepsTheCause: a model file that cannot be read is
+// ErrBadModel and still says why (errors.Is reaches the cause).
+func TestReadLayoutKeepsTheCause(t *testing.T) {
+	_, err := ReadLayout(t.TempDir() + "/missing.gguf")
+	if !errors.Is(err, engine.ErrBadModel) || !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("ReadLayout of a missing file: %v", err)
 	}
 }

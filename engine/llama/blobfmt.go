@@ -69,7 +69,7 @@ func transposedV(blob []byte) ([]vSection, error) {
 		r.err = fmt.Errorf("%d trailing bytes", len(blob)-r.off)
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBlobFormat, r.err)
+		return nil, fmt.Errorf("%w: %w", ErrBlobFormat, r.err)
 	}
 	return out, nil
 }

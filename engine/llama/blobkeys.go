@@ -109,7 +109,7 @@ func parseKeys(blob []byte, layers, rowEl int) (keyBlob, error) {
 		r.err = fmt.Errorf("%d trailing bytes", len(blob)-r.off)
 	}
 	if r.err != nil {
-		return keyBlob{}, fmt.Errorf("%w: %v", ErrBlobFormat, r.err)
+		return keyBlob{}, fmt.Errorf("%w: %w", ErrBlobFormat, r.err)
 	}
 	if streams == 0 {
 		return keyBlob{}, fmt.Errorf("%w: no cells", ErrBlobFormat)

@@ -18,7 +18,7 @@ import (
 func ReadLayout(path string) (engine.Layout, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
-		return engine.Layout{}, fmt.Errorf("%w: %v", engine.ErrBadModel, err)
+		return engine.Layout{}, fmt.Errorf("%w: %w", engine.ErrBadModel, err)
 	}
 	arch, _ := f.String("general.architecture")
 	u := func(key string) int {

@@ -223,12 +223,12 @@ func fileDigest(ctx context.Context, path string) (string, error) {
 		if errors.Is(err, os.ErrNotExist) {
 			return "", fmt.Errorf("model file %s: %w", path, err)
 		}
-		return "", fmt.Errorf("%w: %v", engine.ErrBadModel, err)
+		return "", fmt.Errorf("%w: %w", engine.ErrBadModel, err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return "", fmt.Errorf("%w: %v", engine.ErrBadModel, err)
+		return "", fmt.Errorf("%w: %w", engine.ErrBadModel, err)
 	}
 	if !st.Mode().IsRegular() {
 		return "", fmt.Errorf("%w: %s is not a regular file", engine.ErrBadModel, path)

@@ -69,7 +69,7 @@ func Read(r io.Reader) (*File, error) {
 	}
 	align, err := alignmentOf(f.KV)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFormat, err)
+		return nil, fmt.Errorf("%w: %w", ErrFormat, err)
 	}
 	f.Alignment = align
 	f.Tensors = make([]TensorInfo, 0, nTensors)
@@ -93,7 +93,7 @@ func Read(r io.Reader) (*File, error) {
 		f.Tensors = append(f.Tensors, t)
 	}
 	if err := checkLayout(f.Tensors); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFormat, err)
+		return nil, fmt.Errorf("%w: %w", ErrFormat, err)
 	}
 	f.DataOffset = int64(alignUp(d.n, align))
 	// Consume the padding, so that r is left at the data section.
@@ -170,7 +170,7 @@ func (f *File) DataSize() (uint64, error) {
 func (f *File) CheckSize(fileSize int64) error {
 	n, err := f.DataSize()
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrFormat, err)
+		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
 	if need := uint64(f.DataOffset) + n; need > uint64(fileSize) {
 		return fmt.Errorf("%w: tensor data ends at byte %d, file has %d (truncated)", ErrFormat, need, fileSize)
@@ -187,7 +187,7 @@ func (f *File) TensorData(ra io.ReaderAt, name string) (*io.SectionReader, error
 	}
 	n, err := t.Size()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	return io.NewSectionReader(ra, f.DataOffset+int64(t.Offset), int64(n)), nil
 }

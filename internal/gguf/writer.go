@@ -30,7 +30,7 @@ type Writer struct {
 func NewWriter(w io.Writer, kvs []KV, tensors []TensorInfo) (*Writer, error) {
 	align, err := alignmentOf(kvs)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	gw := &Writer{bw: bufio.NewWriterSize(w, 1<<20), align: align}
 	seenKey := make(map[string]bool, len(kvs))
@@ -52,7 +52,7 @@ func NewWriter(w io.Writer, kvs []KV, tensors []TensorInfo) (*Writer, error) {
 		seenTensor[t.Name] = true
 		size, err := t.Size()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 		}
 		t.Dims = append([]uint64(nil), t.Dims...)
 		t.Offset = off

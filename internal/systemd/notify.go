@@ -72,7 +72,7 @@ func (n Notifier) Notify(ctx context.Context, state string) error {
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unixgram", n.addr)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrNotify, err)
+		return fmt.Errorf("%w: %w", ErrNotify, err)
 	}
 	defer c.Close()
 	// A full receive queue blocks the write; ctx bounds the wait.
@@ -82,7 +82,7 @@ func (n Notifier) Notify(ctx context.Context, state string) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%w: %w", ErrNotify, ctx.Err())
 		}
-		return fmt.Errorf("%w: %v", ErrNotify, err)
+		return fmt.Errorf("%w: %w", ErrNotify, err)
 	}
 	return nil
 }
