@@ -105,6 +105,7 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 	withDense := fs.Bool("dense", true, "also measure dense attention at the distance (capped at 8k tokens)")
 	threads := fs.Int("threads", 0, "llama.cpp threads (0: all CPUs; 1 is faster on a machine shared with other jobs)")
 	aloneBaseline := fs.Bool("baseline-alone", false, "diagnostic: leave the needles not asked out of the baseline's window (filler in their place), so that the baseline holds the asked needle alone, as a retrieved block does")
+	aloneFar := fs.Bool("far-alone", false, "diagnostic: leave the needles not asked out of the far haystacks (filler in their place); the draws stay those of --needles")
 	baselineTokens := fs.Int("baseline-tokens", 0, "diagnostic: the baseline's haystack length in tokens (0: its own layout; at most what the window holds beside the query turn and the answer)")
 	trialLog := fs.String("trial-log", "", "write one JSON line per ask (baseline and each scorer) to this file: accuracy, the needle's span, its offset in its block, the retrieved blocks and the hot ranges")
 	if err := cli.Parse(fs, e.Stderr, args); err != nil {
@@ -189,7 +190,7 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 		}
 		results[text] = r
 	}
-	shape := trialShape{distance: far, needles: *needles, queryTurn: *queryTurn, window: w, block: *block, sinks: 4, kind: *needleKind}
+	shape := trialShape{distance: far, needles: *needles, queryTurn: *queryTurn, window: w, block: *block, sinks: 4, kind: *needleKind, aloneFar: *aloneFar}
 	hot := sidecar.Config{ModelPath: *model, ContextTokens: w, HotTokens: w, ArenaBytes: arena, NoCold: true, BlockTokens: *block, SinkTokens: 4, Threads: *threads}
 	for _, sc := range modes {
 		if sc.Has(policy.ScorerAttention) {

@@ -88,6 +88,8 @@ type trialShape struct {
 	// aloneBaseline (a diagnostic) leaves the needles not asked out of
 	// the baseline's haystack: filler in their place.
 	aloneBaseline bool
+	// aloneFar (a diagnostic) does the same for the far haystacks.
+	aloneFar bool
 	// baselineTokens (a diagnostic) sets the baseline's haystack length
 	// (0: the layout's own), within what the window holds.
 	baselineTokens int
@@ -203,7 +205,7 @@ func (s *needleSources) draw(rng *rand.Rand, sh trialShape) (*trial, error) {
 			}
 		}
 		for j, o := range offs {
-			if sh.baseline && sh.aloneBaseline && !slices.Contains(asked, j) {
+			if (sh.baseline && sh.aloneBaseline || !sh.baseline && sh.aloneFar) && !slices.Contains(asked, j) {
 				continue // filler where the other needles would be
 			}
 			copy(t.hay[o:], t.needles[j])

@@ -109,3 +109,23 @@ func TestNeedleBaselineDiagnostics(t *testing.T) {
 		}
 	}
 }
+
+// --far-alone places only the asked needle in a far haystack, at the
+// offset the draw gives it.
+func TestNeedleFarAlone(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	srcs := newNeedleSources(fakeText(rng, 20000, 300, 3), fakeText(rng, 6000, 300, 150), 512)
+	sh := trialShape{distance: 4096, needles: 4, queryTurn: 64, window: 256, block: 64, sinks: 4, kind: "text", aloneFar: true}
+	for range 10 {
+		tr, err := srcs.draw(rng, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, o := range tr.offsets {
+			placed := slices.Equal(tr.hay[o:o+needleTokens], tr.needles[j])
+			if asked := j == tr.asks[0].needle; placed != asked {
+				t.Fatalf("needle %d (asked %v) placed %v", j, asked, placed)
+			}
+		}
+	}
+}
