@@ -31,7 +31,9 @@
 //     the file is read and between the engine's progress reports.
 //
 // Files: backend.go (Backend, Placer, Loader, BlobCodec, ChooseDevice),
-// engine.go (Model, Context, Sampler, Facts, sentinel errors), device.go
+// engine.go (Model, Context, Sampler, Facts, sentinel errors), options.go
+// (ContextOptions.Resolve: the context defaults and their validation, for
+// every engine), device.go
 // (devices, placement, a model file's layout), attention.go (optional
 // QueryCapturer and KeyReader), posset.go (PosSet, the occupied positions
 // adapters validate against).

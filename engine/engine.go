@@ -54,7 +54,7 @@ func (f Facts) KVBytesPerToken(kv policy.KVType) int64 {
 // ContextOptions configures a new context.
 type ContextOptions struct {
 	ContextTokens  int           // KV cells
-	BatchTokens    int           // largest batch per decode step; 0 = 512
+	BatchTokens    int           // largest batch per decode step; 0 = DefaultBatchTokens (Resolve)
 	KVType         policy.KVType // f16 or q8_0 (q8_0 needs flash attention)
 	FlashAttention bool
 	// Threads and DecodeThreads are ceilings: each call runs with fewer

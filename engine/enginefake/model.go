@@ -2,12 +2,10 @@ package enginefake
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 
 	"github.com/ctxd/ctxd/engine"
-	"github.com/ctxd/ctxd/policy"
 )
 
 // The vocabulary: 0 unknown, 1 BOS, 2 EOS, then the 256 bytes.
@@ -103,30 +101,9 @@ func (m *Model) NewContext(o engine.ContextOptions) (engine.Context, error) {
 	if err := m.alive(); err != nil {
 		return nil, err
 	}
-	if o.ContextTokens <= 0 {
-		return nil, fmt.Errorf("%w: context of %d tokens", engine.ErrInvalidArgument, o.ContextTokens)
-	}
-	if o.BatchTokens <= 0 {
-		o.BatchTokens = 512
-	}
-	o.BatchTokens = min(o.BatchTokens, o.ContextTokens)
-	if o.Threads <= 0 {
-		o.Threads = runtime.NumCPU()
-	}
-	if o.DecodeThreads <= 0 {
-		o.DecodeThreads = o.Threads
-	}
-	switch o.KVType {
-	case policy.KVTypeF16, policy.KVTypeF32:
-	case policy.KVTypeQ8_0:
-		if !o.FlashAttention {
-			return nil, fmt.Errorf("%w: q8_0 KV needs flash attention (the V cache is quantized)", engine.ErrInvalidArgument)
-		}
-		if m.facts.HeadDim%32 != 0 {
-			return nil, fmt.Errorf("%w: q8_0 KV needs a head dimension divisible by 32; this model's is %d", engine.ErrInvalidArgument, m.facts.HeadDim)
-		}
-	default:
-		return nil, fmt.Errorf("%w: KV type %v", engine.ErrInvalidArgument, o.KVType)
+	o, err := o.Resolve(m.facts)
+	if err != nil {
+		return nil, err
 	}
 	per := int(m.facts.KVBytesPerToken(o.KVType))
 	c := &Context{model: m, opts: o, cellBytes: max(per, cellMeta), cells: map[int]cell{}, logits: make([]float32, vocabSize)}

@@ -86,37 +86,18 @@ func (md *Model) newContextEval(o engine.ContextOptions, withEval bool) (*Contex
 	if err := md.alive(); err != nil {
 		return nil, err
 	}
-	if o.ContextTokens <= 0 {
-		return nil, fmt.Errorf("%w: context of %d tokens", engine.ErrInvalidArgument, o.ContextTokens)
-	}
-	if o.BatchTokens <= 0 {
-		o.BatchTokens = 512
-	}
-	o.BatchTokens = min(o.BatchTokens, o.ContextTokens)
-	if o.Threads <= 0 {
-		o.Threads = runtime.NumCPU()
-	}
-	if o.DecodeThreads <= 0 {
-		o.DecodeThreads = o.Threads
+	o, err := o.Resolve(md.facts)
+	if err != nil {
+		return nil, err
 	}
 	var kt C.enum_ggml_type
 	switch o.KVType {
-	case policy.KVTypeF16:
-		kt = C.GGML_TYPE_F16
 	case policy.KVTypeF32:
 		kt = C.GGML_TYPE_F32
 	case policy.KVTypeQ8_0:
-		if !o.FlashAttention {
-			return nil, fmt.Errorf("%w: q8_0 KV needs flash attention (the V cache is quantized)", engine.ErrInvalidArgument)
-		}
-		// ggml quantizes K and V rows head by head in blocks of 32
-		// values; other head sizes abort inside ggml.
-		if hd := md.facts.HeadDim; hd%32 != 0 {
-			return nil, fmt.Errorf("%w: q8_0 KV needs a head dimension divisible by 32; this model's is %d", engine.ErrInvalidArgument, hd)
-		}
 		kt = C.GGML_TYPE_Q8_0
 	default:
-		return nil, fmt.Errorf("%w: KV type %v", engine.ErrInvalidArgument, o.KVType)
+		kt = C.GGML_TYPE_F16
 	}
 	cp := C.llama_context_default_params()
 	cp.n_ctx = C.uint32_t(o.ContextTokens)
