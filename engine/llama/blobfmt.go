@@ -22,38 +22,74 @@ import (
 // ErrBlobFormat reports a blob that does not parse as a sequence state.
 var ErrBlobFormat = errors.New("llama: unrecognised sequence-state blob")
 
-// vSection is one layer's transposed V data inside a blob.
-type vSection struct {
-	off, channels, cells, elem int
+// seqBlob is a parsed sequence-state blob: where each part sits, nothing
+// copied. It is the one reader of the layout above; TokenMajor,
+// FromTokenMajor and RangeKeys (blobkeys.go) all go through parseSeqBlob.
+type seqBlob struct {
+	streams []blobStream // the streams that hold cells
 }
 
-// transposedV parses blob and returns its transposed V sections.
-func transposedV(blob []byte) ([]vSection, error) {
+// blobStream is one KV stream's cells inside a blob.
+type blobStream struct {
+	pos    []int32    // the cells' positions, in cell order
+	vTrans bool       // V stored channel by channel
+	k      []kSection // per layer
+	v      []vSection // per layer
+}
+
+// kSection is one layer's K rows: cells rows of rowBytes bytes of ggml
+// type typ, starting at off.
+type kSection struct {
+	typ           int32
+	rowBytes, off int
+}
+
+// vSection is one layer's V data: transposed (channels runs of cells
+// elements of elem bytes) or, when channels is 0, cells rows of rowBytes.
+type vSection struct {
+	off, channels, cells, elem int
+	rowBytes                   int
+}
+
+// parseSeqBlob parses blob; every byte must belong to a part.
+func parseSeqBlob(blob []byte) (seqBlob, error) {
 	r := blobReader{b: blob}
+	var out seqBlob
 	nStream := r.u32()
-	var out []vSection
 	for s := uint32(0); s < nStream && r.err == nil; s++ {
 		cells := int(r.u32())
-		if cells == 0 {
+		if cells == 0 || r.err != nil {
 			continue
 		}
+		if cells > len(blob) {
+			return seqBlob{}, fmt.Errorf("%w: %d cells in a blob of %d bytes", ErrBlobFormat, cells, len(blob))
+		}
+		st := blobStream{pos: make([]int32, cells)}
 		for i := 0; i < cells && r.err == nil; i++ {
-			r.skip(4) // pos
+			st.pos[i] = int32(r.u32())
 			n := int(r.u32())
 			r.skip(4 * n)
 		}
-		vTrans := r.u32()
+		st.vTrans = r.u32() != 0
 		layers := int(r.u32())
 		for l := 0; l < layers && r.err == nil; l++ {
-			r.skip(4)
-			row := r.u64()
-			r.skip(int(row) * cells)
+			typ := int32(r.u32())
+			row := int(r.u64())
+			off := r.off
+			r.skip(row * cells)
+			if r.err == nil {
+				st.k = append(st.k, kSection{typ: typ, rowBytes: row, off: off})
+			}
 		}
 		for l := 0; l < layers && r.err == nil; l++ {
 			r.skip(4)
-			if vTrans == 0 {
-				row := r.u64()
-				r.skip(int(row) * cells)
+			if !st.vTrans {
+				row := int(r.u64())
+				off := r.off
+				r.skip(row * cells)
+				if r.err == nil {
+					st.v = append(st.v, vSection{off: off, cells: cells, rowBytes: row})
+				}
 				continue
 			}
 			elem := int(r.u32())
@@ -61,15 +97,33 @@ func transposedV(blob []byte) ([]vSection, error) {
 			sec := vSection{off: r.off, channels: channels, cells: cells, elem: elem}
 			r.skip(channels * cells * elem)
 			if r.err == nil {
-				out = append(out, sec)
+				st.v = append(st.v, sec)
 			}
+		}
+		if r.err == nil {
+			out.streams = append(out.streams, st)
 		}
 	}
 	if r.err == nil && r.off != len(blob) {
 		r.err = fmt.Errorf("%d trailing bytes", len(blob)-r.off)
 	}
 	if r.err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBlobFormat, r.err)
+		return seqBlob{}, fmt.Errorf("%w: %w", ErrBlobFormat, r.err)
+	}
+	return out, nil
+}
+
+// transposedV parses blob and returns its transposed V sections.
+func transposedV(blob []byte) ([]vSection, error) {
+	sb, err := parseSeqBlob(blob)
+	if err != nil {
+		return nil, err
+	}
+	var out []vSection
+	for _, st := range sb.streams {
+		if st.vTrans {
+			out = append(out, st.v...)
+		}
 	}
 	return out, nil
 }

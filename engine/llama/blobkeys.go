@@ -54,65 +54,28 @@ func (k keyBlob) cells() int { return len(k.pos) }
 // model with layers layers and rowEl values per K row, and checks that
 // the V sections that follow fill the blob exactly.
 func parseKeys(blob []byte, layers, rowEl int) (keyBlob, error) {
-	r := blobReader{b: blob}
-	kb := keyBlob{rowEl: rowEl}
-	nStream := r.u32()
-	streams := 0
-	for s := uint32(0); s < nStream && r.err == nil; s++ {
-		cells := int(r.u32())
-		if cells == 0 || r.err != nil {
-			continue
-		}
-		if streams++; streams > 1 {
-			return keyBlob{}, fmt.Errorf("%w: cells in more than one KV stream", ErrBlobFormat)
-		}
-		if cells > len(blob) {
-			return keyBlob{}, fmt.Errorf("%w: %d cells in a blob of %d bytes", ErrBlobFormat, cells, len(blob))
-		}
-		kb.pos = make([]int32, cells)
-		for i := 0; i < cells && r.err == nil; i++ {
-			kb.pos[i] = int32(r.u32())
-			n := int(r.u32())
-			r.skip(4 * n)
-		}
-		vTrans := r.u32()
-		nl := int(r.u32())
-		if r.err == nil && nl != layers {
-			return keyBlob{}, fmt.Errorf("%w: %d layers, the model has %d", ErrBlobFormat, nl, layers)
-		}
-		for l := 0; l < nl && r.err == nil; l++ {
-			typ := int32(r.u32())
-			row := int(r.u64())
-			off := r.off
-			r.skip(row * cells)
-			if r.err != nil {
-				break
-			}
-			if want := int(C.ctxd_row_bytes(C.int(typ), C.int64_t(rowEl))); want == 0 || want != row {
-				return keyBlob{}, fmt.Errorf("%w: layer %d K rows of %d bytes, type %d holds %d values in %d", ErrBlobFormat, l, row, typ, rowEl, want)
-			}
-			kb.layers = append(kb.layers, keyLayer{typ: typ, rowBytes: row, data: blob[off : off+row*cells]})
-		}
-		for l := 0; l < nl && r.err == nil; l++ {
-			r.skip(4)
-			if vTrans == 0 {
-				row := r.u64()
-				r.skip(int(row) * cells)
-				continue
-			}
-			elem := int(r.u32())
-			channels := int(r.u32())
-			r.skip(channels * cells * elem)
-		}
+	sb, err := parseSeqBlob(blob)
+	if err != nil {
+		return keyBlob{}, err
 	}
-	if r.err == nil && r.off != len(blob) {
-		r.err = fmt.Errorf("%d trailing bytes", len(blob)-r.off)
-	}
-	if r.err != nil {
-		return keyBlob{}, fmt.Errorf("%w: %w", ErrBlobFormat, r.err)
-	}
-	if streams == 0 {
+	switch len(sb.streams) {
+	case 0:
 		return keyBlob{}, fmt.Errorf("%w: no cells", ErrBlobFormat)
+	case 1:
+	default:
+		return keyBlob{}, fmt.Errorf("%w: cells in more than one KV stream", ErrBlobFormat)
+	}
+	st := sb.streams[0]
+	if len(st.k) != layers {
+		return keyBlob{}, fmt.Errorf("%w: %d layers, the model has %d", ErrBlobFormat, len(st.k), layers)
+	}
+	kb := keyBlob{rowEl: rowEl, pos: st.pos}
+	cells := len(st.pos)
+	for l, k := range st.k {
+		if want := int(C.ctxd_row_bytes(C.int(k.typ), C.int64_t(rowEl))); want == 0 || want != k.rowBytes {
+			return keyBlob{}, fmt.Errorf("%w: layer %d K rows of %d bytes, type %d holds %d values in %d", ErrBlobFormat, l, k.rowBytes, k.typ, rowEl, want)
+		}
+		kb.layers = append(kb.layers, keyLayer{typ: k.typ, rowBytes: k.rowBytes, data: blob[k.off : k.off+k.rowBytes*cells]})
 	}
 	return kb, nil
 }
