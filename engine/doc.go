@@ -33,6 +33,7 @@
 // Files: backend.go (Backend, Placer, Loader, BlobCodec, ChooseDevice),
 // engine.go (Model, Context, Sampler, Facts, sentinel errors), options.go
 // (ContextOptions.Resolve: the context defaults and their validation, for
+// every engine), check.go (the KV methods' argument checks, MaxPos, for
 // every engine), device.go
 // (devices, placement, a model file's layout), attention.go (optional
 // QueryCapturer and KeyReader), posset.go (PosSet, the occupied positions

@@ -208,7 +208,7 @@ func (b *Backend) Resident() (r Resident, ok bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cells := c.cellsIn(0, maxPos)
+	cells := c.cellsIn(0, engine.MaxPos)
 	r.Positions = c.seq.Positions()
 	for _, pc := range cells {
 		r.Tokens = append(r.Tokens, pc.tok)

@@ -8,9 +8,6 @@ import (
 	"github.com/ctxd/ctxd/engine"
 )
 
-// maxPos bounds positions as engine/llama does.
-const maxPos = 1 << 30
-
 // cell is one decoded token in sequence 0: its token and the state it was
 // computed with (from the cells before it when it was decoded). Its
 // position is its key in Context.cells.
@@ -70,7 +67,7 @@ func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) e
 	if n == 0 {
 		return nil
 	}
-	if pos0 < 0 || pos0+n > maxPos {
+	if pos0 < 0 || pos0+n > engine.MaxPos {
 		return fmt.Errorf("%w: positions [%d,%d)", engine.ErrInvalidArgument, pos0, pos0+n)
 	}
 	if c.seq.Count(pos0, pos0+n) != 0 {

@@ -10,10 +10,7 @@ func (c *Context) checkRange(p0, p1 int) error {
 	if c.closed {
 		return engine.ErrClosed
 	}
-	if p0 < 0 || p1 < p0 || p1 > maxPos {
-		return fmt.Errorf("%w: position range [%d,%d)", engine.ErrInvalidArgument, p0, p1)
-	}
-	return nil
+	return engine.CheckPositions(p0, p1)
 }
 
 // Remove drops positions [p0,p1) (p1 < 0: to the end) and returns how
@@ -54,7 +51,7 @@ func (c *Context) Shift(p0, p1, delta int) error {
 	if c.seq.Count(p0, p1) == 0 {
 		return nil
 	}
-	if p0+delta < 0 || p1+delta > maxPos {
+	if p0+delta < 0 || p1+delta > engine.MaxPos {
 		return fmt.Errorf("%w: shift of [%d,%d) by %d leaves the position range", engine.ErrInvalidArgument, p0, p1, delta)
 	}
 	var occupied int
@@ -83,11 +80,11 @@ func (c *Context) Shift(p0, p1, delta int) error {
 func (c *Context) ExtractRange(p0, p1 int) (engine.Range, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.checkRange(p0, p1); err != nil {
-		return engine.Range{}, err
+	if c.closed {
+		return engine.Range{}, engine.ErrClosed
 	}
-	if p0 == p1 || c.seq.Count(p0, p1) != p1-p0 {
-		return engine.Range{}, fmt.Errorf("%w: [%d,%d) is not a fully resident range", engine.ErrInvalidArgument, p0, p1)
+	if err := c.seq.CheckExtract(p0, p1); err != nil {
+		return engine.Range{}, err
 	}
 	b := c.model.b
 	if f := b.opts.Faults; f != nil && f.Extract != nil {
@@ -103,20 +100,11 @@ func (c *Context) ExtractRange(p0, p1 int) (engine.Range, error) {
 func (c *Context) InsertRange(r engine.Range, at int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.checkRange(at, at+r.Count); err != nil {
+	if c.closed {
+		return engine.ErrClosed
+	}
+	if err := c.seq.CheckInsert(r, at, c.opts.ContextTokens, c.model.facts.CanShift); err != nil {
 		return err
-	}
-	if r.Count <= 0 || len(r.Blob) == 0 || r.Pos0 < 0 {
-		return fmt.Errorf("%w: empty or malformed range", engine.ErrInvalidArgument)
-	}
-	if at != r.Pos0 && !c.model.facts.CanShift {
-		return engine.ErrNoShift
-	}
-	if c.seq.Count(at, at+r.Count) != 0 {
-		return fmt.Errorf("%w: positions [%d,%d) already hold tokens", engine.ErrInvalidArgument, at, at+r.Count)
-	}
-	if c.seq.Len()+r.Count > c.opts.ContextTokens {
-		return fmt.Errorf("%w: %d resident + %d inserted > %d cells", engine.ErrContextFull, c.seq.Len(), r.Count, c.opts.ContextTokens)
 	}
 	b := c.model.b
 	if f := b.opts.Faults; f != nil && f.Insert != nil {
@@ -163,7 +151,7 @@ func (c *Context) SaveSeq() (engine.SeqState, error) {
 	if c.seq.Len() == 0 {
 		return engine.SeqState{}, nil
 	}
-	return engine.SeqState{Positions: c.seq.Positions(), Blob: c.encode(c.cellsIn(0, maxPos))}, nil
+	return engine.SeqState{Positions: c.seq.Positions(), Blob: c.encode(c.cellsIn(0, engine.MaxPos))}, nil
 }
 
 // LoadSeq replaces the sequence with s. As in engine/llama the sequence

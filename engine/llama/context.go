@@ -206,7 +206,7 @@ func (c *Context) checkDecode(ctx context.Context, tokens []engine.Token, pos0 i
 	if n == 0 {
 		return fmt.Errorf("%w: no tokens", engine.ErrInvalidArgument)
 	}
-	if pos0 < 0 || pos0+n > maxPos {
+	if pos0 < 0 || pos0+n > engine.MaxPos {
 		return fmt.Errorf("%w: positions [%d,%d)", engine.ErrInvalidArgument, pos0, pos0+n)
 	}
 	if c.seq.Count(pos0, pos0+n) != 0 {
@@ -339,9 +339,6 @@ func (c *Context) Threads() int { return c.threads }
 // Memory reports the KV and compute buffers llama.cpp allocated for the
 // context, on the model's device and in host memory.
 func (c *Context) Memory() engine.ContextMemory { return c.memory }
-
-// maxPos bounds positions well inside llama_pos (int32).
-const maxPos = 1 << 30
 
 // Logits of the last decoded token (nil before any decode).
 func (c *Context) Logits() []float32 {

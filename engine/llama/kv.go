@@ -22,10 +22,7 @@ func (c *Context) checkRange(p0, p1 int) error {
 	if c.closed {
 		return engine.ErrClosed
 	}
-	if p0 < 0 || p1 < p0 || p1 > maxPos {
-		return fmt.Errorf("%w: position range [%d,%d)", engine.ErrInvalidArgument, p0, p1)
-	}
-	return nil
+	return engine.CheckPositions(p0, p1)
 }
 
 // Remove drops positions [p0,p1) of the session sequence (p1 < 0: to the
@@ -63,7 +60,7 @@ func (c *Context) Shift(p0, p1, delta int) error {
 	if n == 0 {
 		return nil
 	}
-	if p0+delta < 0 || p1+delta > maxPos {
+	if p0+delta < 0 || p1+delta > engine.MaxPos {
 		return fmt.Errorf("%w: shift of [%d,%d) by %d leaves the position range", engine.ErrInvalidArgument, p0, p1, delta)
 	}
 	// Target positions outside the moved range must be empty.
@@ -102,11 +99,11 @@ func (c *Context) spansIn(p0, p1 int) [][2]int {
 // sequence out as bytes, through the scratch sequence. The range stays in
 // the KV.
 func (c *Context) ExtractRange(p0, p1 int) (engine.Range, error) {
-	if err := c.checkRange(p0, p1); err != nil {
-		return engine.Range{}, err
+	if c.closed {
+		return engine.Range{}, engine.ErrClosed
 	}
-	if p0 == p1 || c.seq.Count(p0, p1) != p1-p0 {
-		return engine.Range{}, fmt.Errorf("%w: [%d,%d) is not a fully resident range", engine.ErrInvalidArgument, p0, p1)
+	if err := c.seq.CheckExtract(p0, p1); err != nil {
+		return engine.Range{}, err
 	}
 	c.applyShifts()
 	C.llama_memory_seq_rm(c.mem, seqScratch, -1, -1)
@@ -121,20 +118,11 @@ func (c *Context) ExtractRange(p0, p1 int) (engine.Range, error) {
 
 // InsertRange puts r into the session sequence at positions [at, at+Count).
 func (c *Context) InsertRange(r engine.Range, at int) error {
-	if err := c.checkRange(at, at+r.Count); err != nil {
+	if c.closed {
+		return engine.ErrClosed
+	}
+	if err := c.seq.CheckInsert(r, at, c.nCtx, c.model.facts.CanShift); err != nil {
 		return err
-	}
-	if r.Count <= 0 || len(r.Blob) == 0 || r.Pos0 < 0 {
-		return fmt.Errorf("%w: empty or malformed range", engine.ErrInvalidArgument)
-	}
-	if at != r.Pos0 && !c.model.facts.CanShift {
-		return engine.ErrNoShift
-	}
-	if c.seq.Count(at, at+r.Count) != 0 {
-		return fmt.Errorf("%w: positions [%d,%d) already hold tokens", engine.ErrInvalidArgument, at, at+r.Count)
-	}
-	if c.seq.Len()+r.Count > c.nCtx {
-		return fmt.Errorf("%w: %d resident + %d inserted > %d cells", engine.ErrContextFull, c.seq.Len(), r.Count, c.nCtx)
 	}
 	C.llama_memory_seq_rm(c.mem, seqScratch, -1, -1)
 	if C.llama_state_seq_set_data(c.ctx, (*C.uint8_t)(unsafe.Pointer(&r.Blob[0])), C.size_t(len(r.Blob)), seqScratch) == 0 {
