@@ -12,10 +12,19 @@ TEST_TIMEOUT ?= 30m
 
 OLLAMA_DIR  := $(shell $(GO) list -m -f '{{.Dir}}' github.com/ollama/ollama 2>/dev/null)
 MALGO_DIR   := $(shell $(GO) list -m -f '{{.Dir}}' github.com/gen2brain/malgo 2>/dev/null)
-INCLUDE_DIR := $(CURDIR)/.build/include
+GGML_DIR    := $(OLLAMA_DIR)/ml/backend/ggml/ggml
+# The generated include folder is named after the module versions and lives
+# outside the checkout, so every clone and worktree of the same versions
+# passes the same CGO_CPPFLAGS and shares Go's build cache: llama.cpp is
+# compiled once per machine (and per NATIVE), not once per checkout.
+CACHE_HOME  := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)
+INCLUDE_DIR := $(CACHE_HOME)/ctxd/include/$(notdir $(OLLAMA_DIR))+$(notdir $(MALGO_DIR))
 
+# -idirafter: ggml's internal headers, searched only after every other
+# folder, so they resolve nothing the module's own packages already find;
+# engine/llama/amx needs them to compile ggml's AMX kernels (see there).
 export CGO_ENABLED  := 1
-export CGO_CPPFLAGS := -I$(INCLUDE_DIR) -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(OLLAMA_DIR)/ml/backend/ggml/ggml/include
+export CGO_CPPFLAGS := -I$(INCLUDE_DIR) -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(GGML_DIR)/include -idirafter $(GGML_DIR)/src -idirafter $(GGML_DIR)/src/ggml-cpu
 export CGO_CFLAGS   := -O2 $(NATIVE)
 export CGO_CXXFLAGS := -O2 $(NATIVE)
 export CTXD_MODEL   := $(MODEL)
@@ -26,7 +35,7 @@ export CTXD_TRACES  := $(TRACES)
 # eBPF probes; ctxbench: benchmarks, evaluations, gen-model (links the engine).
 BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace bin/ctxbench
 
-.PHONY: all build deps headers test test-short test-fake vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
+.PHONY: all build deps headers platform cgo-env test test-short test-fake vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
 
 all: build
 
@@ -34,9 +43,21 @@ all: build
 deps:
 	$(GO) mod download github.com/ollama/ollama github.com/gen2brain/malgo
 
+# platform stops with a clear message where ctxd is not supported: it
+# builds for Linux on x86-64 (any x86-64 CPU; AMX, AVX-512 and AVX2 are used
+# where the compiler enables them).
+platform:
+	@case "$$(uname -s)/$$(uname -m)" in Linux/x86_64) ;; \
+	*) echo "ctxd builds for Linux on x86-64; this machine is $$(uname -s)/$$(uname -m) (see README: Supported machines)" >&2; exit 1;; esac
+
+# cgo-env prints the cgo flags this Makefile computes as shell exports
+# (env.sh evaluates it, for running go by hand).
+cgo-env:
+	@printf 'export CGO_ENABLED=1\nexport CGO_CPPFLAGS="%s"\nexport CGO_CFLAGS="%s"\nexport CGO_CXXFLAGS="%s"\n' '$(CGO_CPPFLAGS)' '$(CGO_CFLAGS)' '$(CGO_CXXFLAGS)'
+
 # headers links miniaudio.h (shipped at the root of gen2brain/malgo) where
 # llama.cpp's vendored include "miniaudio/miniaudio.h" finds it.
-headers: deps
+headers: deps platform
 	@test -n "$(MALGO_DIR)" || { echo "run 'make deps' first"; exit 1; }
 	@mkdir -p $(INCLUDE_DIR)
 	@ln -sfn $(MALGO_DIR) $(INCLUDE_DIR)/miniaudio

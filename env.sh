@@ -1,4 +1,3 @@
-# source env.sh: the cgo flags the Makefile computes, for running go by hand.
-OD=$(go list -m -f '{{.Dir}}' github.com/ollama/ollama)
-export CGO_CPPFLAGS="-I$PWD/.build/include -I$OD/llama/llama.cpp/include -I$OD/ml/backend/ggml/ggml/include"
-export CGO_CFLAGS="-O2 -march=native" CGO_CXXFLAGS="-O2 -march=native"
+# source env.sh: the cgo flags the Makefile computes (make cgo-env), for
+# running go by hand in this checkout.
+eval "$(make -s --no-print-directory -C "$(dirname "${BASH_SOURCE[0]:-$0}")" cgo-env)"

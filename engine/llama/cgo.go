@@ -24,6 +24,8 @@ import (
 	"sync"
 
 	_ "github.com/ollama/ollama/llama" // links llama.cpp and ggml
+
+	_ "github.com/ctxd/ctxd/engine/llama/amx" // ggml's AMX kernels, where the compiler enables AMX
 )
 
 var initOnce sync.Once
