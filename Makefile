@@ -35,7 +35,7 @@ export CTXD_TRACES  := $(TRACES)
 # eBPF probes; ctxbench: benchmarks, evaluations, gen-model (links the engine).
 BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace bin/ctxbench
 
-.PHONY: all build deps headers platform cgo-env test test-short test-fake vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
+.PHONY: all build build-targets deps headers platform cgo-env test test-short test-fake vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
 
 all: build
 
@@ -66,6 +66,14 @@ headers: deps platform
 
 build: headers
 	$(GO) build -o bin/ ./cmd/...
+
+# build-targets links cmd/ctxd for CPUs this machine may not be (an AMX
+# Xeon, a baseline x86-64-v2) and checks that ggml's AMX kernels are linked
+# exactly when the compiler enables AMX: the next CPU-feature link error
+# fails CI, not a user (tools/build/targets.sh). Nothing is run.
+TARGETS ?= sapphirerapids x86-64-v2
+build-targets: headers
+	GO=$(GO) tools/build/targets.sh $(TARGETS)
 
 vet: headers
 	$(GO) vet ./...

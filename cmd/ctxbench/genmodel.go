@@ -12,9 +12,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/engine/llama"
 	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/gguf"
 	"github.com/ctxd/ctxd/policy"
@@ -136,18 +139,23 @@ func cmdGenModel(ctx context.Context, e *cli.Env, args []string) error {
 	flags.Uint64Var(&s.Seed, "seed", 1, "seed of the random weights")
 	out := flags.String("out", "", "GGUF file to write")
 	from := flags.String("from", defaultModel(), "model whose tokenizer is copied")
-	typ := flags.String("type", "f16", "type of the 2-D weights: f16 or f32 (norms are f32)")
+	typ := flags.String("type", "f16", "type of the 2-D weights: f16, f32, or quantized by the engine: q8_0, q4_k_m, q4_0 (norms are f32)")
 	force := flags.Bool("force", false, "overwrite --out if it exists")
 	if err := cli.Parse(flags, e.Stderr, args); err != nil {
 		return err
 	}
+	var quant engine.WeightType
 	switch *typ {
 	case "f16":
 		s.Type = gguf.TensorF16
 	case "f32":
 		s.Type = gguf.TensorF32
 	default:
-		return cli.Usage(fmt.Errorf("--type %q: f16 or f32", *typ))
+		q, err := engine.ParseWeightType(*typ)
+		if err != nil {
+			return cli.Usage(fmt.Errorf("--type %q: f16, f32, %s, %s or %s", *typ, engine.WeightQ8_0, engine.WeightQ4_KM, engine.WeightQ4_0))
+		}
+		quant, s.Type = q, gguf.TensorF16
 	}
 	if *out == "" {
 		return cli.Usage(fmt.Errorf("--out is required"))
@@ -162,19 +170,34 @@ func cmdGenModel(ctx context.Context, e *cli.Env, args []string) error {
 	t0 := time.Now()
 	var bar *cli.Progress
 	started := false
-	res, err := writeModel(ctx, s, src, *out, *force, func(done, total int64) {
+	progress := func(done, total int64) {
 		if !started {
 			bar, started = e.NewProgress("writing "+filepath.Base(*out), total, "B"), true
 		}
 		bar.Set(done)
-	})
-	bar.Done()
+	}
+	var res genResult
+	if quant == "" {
+		res, err = writeModel(ctx, s, src, *out, *force, progress)
+		bar.Done()
+	} else {
+		res, err = quantizeModel(ctx, llama.Backend{}, s, quant, src, *out, *force, progress, func() {
+			bar.Done()
+			bar = nil
+			fmt.Fprintf(e.Stderr, "quantizing to %s with the engine…\n", quant)
+		})
+		bar.Done()
+	}
 	if err != nil {
 		return err
 	}
 	kv := policy.KVBytesPerToken(s.Layers, s.KVHeads, s.HeadDim(), policy.KVTypeF16)
-	fmt.Fprintf(e.Stdout, "wrote %s: %.1f MiB, %.1fM parameters (%d layers, embd %d, %d heads × %d, %d KV heads, ffn %d, vocab %d from %s), KV %d bytes/token at f16, in %.1fs\n",
-		*out, float64(res.bytes)/(1<<20), float64(res.params)/1e6, s.Layers, s.Embd, s.Heads, s.HeadDim(), s.KVHeads, s.FFN, res.vocab, *from, kv, time.Since(t0).Seconds())
+	weights := s.Type.String()
+	if quant != "" {
+		weights = string(quant)
+	}
+	fmt.Fprintf(e.Stdout, "wrote %s: %.1f MiB, %s weights, %.1fM parameters (%d layers, embd %d, %d heads × %d, %d KV heads, ffn %d, vocab %d from %s), KV %d bytes/token at f16, in %.1fs\n",
+		*out, float64(res.bytes)/(1<<20), weights, float64(res.params)/1e6, s.Layers, s.Embd, s.Heads, s.HeadDim(), s.KVHeads, s.FFN, res.vocab, *from, kv, time.Since(t0).Seconds())
 	return nil
 }
 
@@ -247,24 +270,73 @@ func writeModel(ctx context.Context, s modelShape, src *gguf.File, out string, f
 	if err := tmp.Close(); err != nil {
 		return genResult{}, err
 	}
+	if err := publish(tmp.Name(), out, force); err != nil {
+		return genResult{}, err
+	}
+	moved = true
+	return res, nil
+}
+
+// publish moves the complete file tmp to out: without force an existing
+// out is never replaced (atomically, where the file system has hard
+// links). tmp is gone afterwards unless an error is returned.
+func publish(tmp, out string, force bool) error {
+	var err error
 	if force {
-		err = os.Rename(tmp.Name(), out)
-	} else if err = os.Link(tmp.Name(), out); err == nil {
-		os.Remove(tmp.Name())
+		err = os.Rename(tmp, out)
+	} else if err = os.Link(tmp, out); err == nil {
+		os.Remove(tmp)
 	} else if errors.Is(err, fs.ErrExist) {
 		err = fmt.Errorf("%s: %w (appeared while writing; use --force to overwrite)", out, fs.ErrExist)
 	} else if _, serr := os.Lstat(out); serr != nil {
 		// No hard links on this file system: check, then rename (a file
 		// appearing between the two would be replaced).
-		err = os.Rename(tmp.Name(), out)
+		err = os.Rename(tmp, out)
 	}
 	if err != nil {
-		return genResult{}, err
+		return err
 	}
-	moved = true
 	if d, err := os.Open(filepath.Dir(out)); err == nil {
 		d.Sync()
 		d.Close()
+	}
+	return nil
+}
+
+// quantizeModel writes the f16 model described by s to a temporary file
+// beside out, then has the engine quantize it to out in type to (the
+// engine's own quantizer, as users' Q8_0 and Q4_K_M files are made). The
+// f16 file is removed in any case; without force an existing out is never
+// replaced. onWrite sees the f16 file's progress; onQuantize, when set, is
+// called when quantizing starts.
+func quantizeModel(ctx context.Context, q engine.Quantizer, s modelShape, to engine.WeightType, src *gguf.File, out string, force bool, onWrite func(done, total int64), onQuantize func()) (genResult, error) {
+	if !force {
+		if _, err := os.Lstat(out); err == nil {
+			return genResult{}, fmt.Errorf("%s: %w (use --force to overwrite)", out, fs.ErrExist)
+		}
+	}
+	s.Type = gguf.TensorF16
+	f16 := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+".f16-"+strconv.Itoa(os.Getpid()))
+	defer os.Remove(f16)
+	res, err := writeModel(ctx, s, src, f16, true, onWrite)
+	if err != nil {
+		return genResult{}, err
+	}
+	if onQuantize != nil {
+		onQuantize()
+	}
+	qtmp := filepath.Join(filepath.Dir(out), "."+filepath.Base(out)+"."+string(to)+"-"+strconv.Itoa(os.Getpid()))
+	defer os.Remove(qtmp)
+	if err := q.Quantize(ctx, f16, qtmp, to, 0); err != nil {
+		return genResult{}, err
+	}
+	st, err := os.Stat(qtmp)
+	if err != nil {
+		return genResult{}, err
+	}
+	res.bytes = st.Size()
+	if err := publish(qtmp, out, force); err != nil {
+		return genResult{}, err
 	}
 	return res, nil
 }

@@ -274,3 +274,94 @@ func TestGenModelFullSize(t *testing.T) {
 		t.Logf("prefill 512 tokens, run %d: %.2fs = %.1f tokens/s", run, d.Seconds(), 512/d.Seconds())
 	}
 }
+
+// TestGenModelQuantizedLoadsInLlama writes the same tiny shape as f16 and
+// quantized by the engine (what users run): the quantized files carry
+// the type asked for, are smaller, load, and give logits close to the
+// f16 model's.
+func TestGenModelQuantizedLoadsInLlama(t *testing.T) {
+	stories := testmodel.Stories(t)
+	dir := t.TempDir()
+	// embd and ffn are multiples of 256, so k-quants need no fallback.
+	shape := []string{"--layers", "2", "--embd", "256", "--heads", "4", "--kv-heads", "2", "--ffn", "512", "--ctx", "256", "--from", stories}
+	logitsOf := func(path string) []float32 {
+		t.Helper()
+		m, err := llama.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		c, err := m.NewContext(engine.ContextOptions{ContextTokens: 64, BatchTokens: 64, Threads: 1, DecodeThreads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		toks, err := m.Tokenize("Once upon a time there was", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Decode(context.Background(), toks, 0); err != nil {
+			t.Fatal(err)
+		}
+		return append([]float32(nil), c.Logits()...)
+	}
+	f16 := filepath.Join(dir, "f16.gguf")
+	if code, out, errs := ctl(t, append([]string{"gen-model", "--out", f16}, shape...)...); code != 0 {
+		t.Fatalf("gen-model f16: %d %s %s", code, out, errs)
+	}
+	st16, _ := os.Stat(f16)
+	ref := logitsOf(f16)
+	for _, c := range []struct {
+		typ      string
+		fileType uint64
+		tensor   gguf.TensorType
+		maxRel   float64 // relative L2 distance of the logits to f16's
+	}{
+		{"q8_0", 7, gguf.TensorQ8_0, 0.05},
+		{"q4_k_m", 15, gguf.TensorQ4_K, 0.35},
+	} {
+		path := filepath.Join(dir, c.typ+".gguf")
+		code, out, errs := ctl(t, append([]string{"gen-model", "--type", c.typ, "--out", path}, shape...)...)
+		if code != 0 || !strings.Contains(out, c.typ+" weights") {
+			t.Fatalf("gen-model --type %s: %d %s %s", c.typ, code, out, errs)
+		}
+		f, err := gguf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ft, _ := f.Uint("general.file_type"); ft != c.fileType {
+			t.Errorf("%s: general.file_type %d, want %d", c.typ, ft, c.fileType)
+		}
+		if q, _ := f.Tensor("blk.0.attn_q.weight"); q.Type != c.tensor {
+			t.Errorf("%s: attn_q is %s, want %s", c.typ, q.Type, c.tensor)
+		}
+		if n, _ := f.Tensor("blk.0.ffn_norm.weight"); n.Type != gguf.TensorF32 {
+			t.Errorf("%s: ffn_norm is %s, want f32", c.typ, n.Type)
+		}
+		st, _ := os.Stat(path)
+		if st.Size() >= st16.Size()*6/10 {
+			t.Errorf("%s: %d bytes, f16 %d", c.typ, st.Size(), st16.Size())
+		}
+		got := logitsOf(path)
+		var d, n float64
+		for i := range ref {
+			d += (float64(got[i]) - float64(ref[i])) * (float64(got[i]) - float64(ref[i]))
+			n += float64(ref[i]) * float64(ref[i])
+		}
+		rel := math.Sqrt(d / n)
+		t.Logf("%s: %d bytes (f16 %d), logits' relative distance to f16 %.4f", c.typ, st.Size(), st16.Size(), rel)
+		if rel > c.maxRel || math.IsNaN(rel) {
+			t.Errorf("%s: logits' relative distance to f16 %.4f > %.2f", c.typ, rel, c.maxRel)
+		}
+		if matches, _ := filepath.Glob(filepath.Join(dir, ".*")); len(matches) != 0 {
+			t.Errorf("%s: temporary files left: %v", c.typ, matches)
+		}
+	}
+	// Without --force an existing file is kept; an unknown type is a usage error.
+	if code, _, _ := ctl(t, append([]string{"gen-model", "--type", "q8_0", "--out", f16}, shape...)...); code == 0 {
+		t.Error("gen-model --type q8_0 replaced an existing file without --force")
+	}
+	if code, _, errs := ctl(t, append([]string{"gen-model", "--type", "q5_1", "--out", filepath.Join(dir, "x.gguf")}, shape...)...); code != 2 || !strings.Contains(errs, "q4_k_m") {
+		t.Errorf("--type q5_1: exit %d, %s", code, errs)
+	}
+}

@@ -55,6 +55,8 @@ type speedResult struct {
 	PrefillTokS   float64 `json:"prefill_tokens_per_s"`
 	DecodeTokens  int     `json:"decode_tokens"`
 	DecodeTokS    float64 `json:"decode_tokens_per_s"`
+	WarmTokens    int     `json:"warm_tokens,omitempty"`
+	WarmS         float64 `json:"warm_turn_s,omitempty"`
 	DeviceWeights int64   `json:"device_weights_bytes"`
 	DeviceKV      int64   `json:"device_kv_bytes"`
 }
@@ -66,6 +68,7 @@ func benchSpeed(ctx context.Context, e *cli.Env, args []string) error {
 	model := fs.String("model", defaultModel(), "GGUF model")
 	prompt := fs.Int("prompt", 512, "prompt tokens prefilled")
 	gen := fs.Int("generate", 32, "greedy tokens decoded")
+	warm := fs.Int("warm", 0, "then a warm turn: this many new tokens after the prompt (the decoded ones are dropped), timed with its first decoded token")
 	devices := fs.String("devices", "cpu,auto", "comma-separated --device values to compare (auto: the GPU with the most free memory)")
 	flashAttn := fs.Bool("flash-attn", false, "flash attention")
 	kv := fs.String("kv", "f16", "KV type: f16, q8_0 (needs flash attention) or f32")
@@ -77,7 +80,10 @@ func benchSpeed(ctx context.Context, e *cli.Env, args []string) error {
 	if err != nil {
 		return cli.Usage(err)
 	}
-	toks := make([]int32, *prompt)
+	if *prompt <= 0 || *gen <= 0 || *warm < 0 {
+		return cli.Usage(fmt.Errorf("--prompt and --generate must be positive, --warm not negative"))
+	}
+	toks := make([]int32, *prompt+*warm)
 	for i := range toks {
 		toks[i] = int32(3 + i%250)
 	}
@@ -86,9 +92,9 @@ func benchSpeed(ctx context.Context, e *cli.Env, args []string) error {
 		if d == "auto" {
 			d = ""
 		}
-		cfg := withDevice(sidecar.Config{ModelPath: *model, ContextTokens: *prompt + *gen + 64, NoCold: true,
+		cfg := withDevice(sidecar.Config{ModelPath: *model, ContextTokens: *prompt + *warm + *gen + 64, NoCold: true,
 			KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, Device: d, Version: "ctxbench"})
-		r, err := speedOn(ctx, cfg, toks, *gen)
+		r, err := speedOn(ctx, cfg, toks[:*prompt], toks[*prompt:], *gen)
 		if err != nil {
 			return fmt.Errorf("device %q: %w", d, err)
 		}
@@ -109,7 +115,11 @@ func benchSpeed(ctx context.Context, e *cli.Env, args []string) error {
 		if r.Device != "" {
 			where = fmt.Sprintf("%s (%s, %d/%d layers)", r.Device, r.Backend, r.GPULayers, r.Layers)
 		}
-		fmt.Fprintf(e.Stdout, "%-36s prefill %9.1f tok/s   decode %8.1f tok/s   threads %d\n", where, r.PrefillTokS, r.DecodeTokS, r.Threads)
+		warmTurn := ""
+		if r.WarmTokens > 0 {
+			warmTurn = fmt.Sprintf("   warm turn of %d tokens %.2f s", r.WarmTokens, r.WarmS)
+		}
+		fmt.Fprintf(e.Stdout, "%-36s prefill %9.1f tok/s   decode %8.1f tok/s%s   threads %d\n", where, r.PrefillTokS, r.DecodeTokS, warmTurn, r.Threads)
 	}
 	if len(out) == 2 && out[0].PrefillTokS > 0 && out[0].DecodeTokS > 0 {
 		fmt.Fprintf(e.Stdout, "ratio %s/%s: prefill %.3gx, decode %.3gx\n", nameOr(out[1].Device), nameOr(out[0].Device),
@@ -125,7 +135,10 @@ func nameOr(d string) string {
 	return d
 }
 
-func speedOn(ctx context.Context, cfg sidecar.Config, toks []int32, gen int) (speedResult, error) {
+// speedOn prefills toks cold, decodes gen tokens, and, when warm is not
+// empty, times a warm turn: the prompt again with warm appended (the
+// decoded tokens dropped), up to its first decoded token.
+func speedOn(ctx context.Context, cfg sidecar.Config, toks, warm []int32, gen int) (speedResult, error) {
 	c, done, err := privateClient(ctx, cfg)
 	if err != nil {
 		return speedResult{}, err
@@ -147,6 +160,18 @@ func speedOn(ctx context.Context, cfg sidecar.Config, toks []int32, gen int) (sp
 		return speedResult{}, err
 	}
 	decode := time.Since(t0)
+	var warmTurn time.Duration
+	if len(warm) > 0 {
+		m.Segments = append(m.Segments, policy.Segment{ID: "turn", Kind: policy.KindUserTurn, Tokens: warm, Stable: true})
+		t0 = time.Now()
+		if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
+			return speedResult{}, err
+		}
+		if _, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: 1, NoStream: true}, nil); err != nil {
+			return speedResult{}, err
+		}
+		warmTurn = time.Since(t0)
+	}
 	st, err := c.Status(ctx)
 	if err != nil {
 		return speedResult{}, err
@@ -159,6 +184,7 @@ func speedOn(ctx context.Context, cfg sidecar.Config, toks []int32, gen int) (sp
 		Device: d.Name, Backend: d.Backend, GPULayers: int32(d.GPULayers), Layers: int32(d.Layers), Threads: int32(d.Threads),
 		PromptTokens: len(toks), PrefillTokS: float64(len(toks)) / prefill.Seconds(),
 		DecodeTokens: gen, DecodeTokS: float64(gen) / decode.Seconds(),
+		WarmTokens: len(warm), WarmS: warmTurn.Seconds(),
 		DeviceWeights: d.WeightsBytes, DeviceKV: d.KVBytes,
 	}, nil
 }

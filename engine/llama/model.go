@@ -217,28 +217,51 @@ func (md *Model) probeShift() bool {
 	return bool(C.llama_memory_can_shift(C.llama_get_memory(ctx)))
 }
 
-func fileDigest(ctx context.Context, path string) (string, error) {
+// openModelFile opens a model file for reading and checks that it is a
+// regular file starting with GGUF's magic, which it has then read. A
+// missing file wraps os.ErrNotExist, anything else engine.ErrBadModel.
+func openModelFile(path string) (*os.File, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return "", fmt.Errorf("model file %s: %w", path, err)
+			return nil, fmt.Errorf("model file %s: %w", path, err)
 		}
-		return "", fmt.Errorf("%w: %w", engine.ErrBadModel, err)
+		return nil, fmt.Errorf("%w: %w", engine.ErrBadModel, err)
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", engine.ErrBadModel, err)
+		f.Close()
+		return nil, fmt.Errorf("%w: %w", engine.ErrBadModel, err)
 	}
 	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%w: %s is not a regular file", engine.ErrBadModel, path)
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is not a regular file", engine.ErrBadModel, path)
 	}
-	magic := make([]byte, 4)
+	magic := make([]byte, len(ggufMagic))
 	if _, err := io.ReadFull(f, magic); err != nil || !bytes.Equal(magic, ggufMagic) {
-		return "", fmt.Errorf("%w: %s is not a GGUF file (bad magic)", engine.ErrBadModel, path)
+		f.Close()
+		return nil, fmt.Errorf("%w: %s is not a GGUF file (bad magic)", engine.ErrBadModel, path)
 	}
+	return f, nil
+}
+
+// checkModelFile is openModelFile's check alone.
+func checkModelFile(path string) error {
+	f, err := openModelFile(path)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func fileDigest(ctx context.Context, path string) (string, error) {
+	f, err := openModelFile(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
 	h := sha256.New()
-	h.Write(magic)
+	h.Write(ggufMagic)
 	if _, err := io.Copy(h, ctxReader{ctx, f}); err != nil {
 		if cerr := ctx.Err(); cerr != nil {
 			return "", fmt.Errorf("hashing %s: %w", path, cerr)

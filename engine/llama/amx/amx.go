@@ -19,15 +19,15 @@ package amx
 #cgo linux CPPFLAGS: -D_GNU_SOURCE
 #cgo CXXFLAGS: -std=c++17
 
-#if defined(__AMX_INT8__) && defined(__AVX512VNNI__)
-static int ctxd_amx_compiled(void) { return 1; }
-#else
-static int ctxd_amx_compiled(void) { return 0; }
-#endif
+int ctxd_amx_kernels_linked(void); // amx.cpp
 */
 import "C"
 
+// ggml (and its CPU backend, which asks for the AMX buffer type) is what
+// these kernels extend; importing it lets this package link on its own.
+import _ "github.com/ollama/ollama/ml/backend/ggml/ggml/src"
+
 // Compiled reports whether ggml's AMX kernels are compiled into this
-// binary: true exactly when the C compiler enabled AMX-INT8 and
-// AVX512-VNNI for it.
-func Compiled() bool { return C.ctxd_amx_compiled() == 1 }
+// binary, as the compiled amx.cpp object itself says: true exactly when
+// the C++ compiler enabled AMX-INT8 and AVX512-VNNI for it.
+func Compiled() bool { return C.ctxd_amx_kernels_linked() == 1 }
