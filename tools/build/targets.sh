@@ -19,8 +19,9 @@ for target in "$@"; do
 	defs=$($cc $flags -dM -E -x c++ /dev/null)
 	want=0
 	if grep -q '__AMX_INT8__' <<<"$defs" && grep -q '__AVX512VNNI__' <<<"$defs"; then want=1; fi
+	$GO tool nm "$out/ctxd-$target" >"$out/ctxd-$target.nm"
 	have=0
-	if $GO tool nm "$out/ctxd-$target" | grep -q 'ggml_backend_amx_buffer_type'; then have=1; fi
+	if grep -q ' T .*ggml_backend_amx_buffer_type' "$out/ctxd-$target.nm"; then have=1; fi
 	if [ "$want" != "$have" ]; then
 		echo "targets: -march=$target: compiler enables AMX=$want but the binary has AMX kernels=$have" >&2
 		exit 1
