@@ -188,7 +188,7 @@ func TestGenModelFilesAndFlags(t *testing.T) {
 		{[]string{"gen-model", "--layers", "0", "--out", bad}, "--layers must be positive"},
 		{[]string{"gen-model", "--ffn", "-1", "--out", bad}, "--ffn must be positive"},
 		{[]string{"gen-model", "--embd", "12", "--heads", "4", "--kv-heads", "1", "--out", bad}, "odd"},
-		{[]string{"gen-model", "--type", "q4_0", "--out", bad}, "f16 or f32"},
+		{[]string{"gen-model", "--type", "q5_1", "--out", bad}, "f16, f32, q8_0, q4_k_m or q4_0"},
 		{[]string{"gen-model"}, "--out is required"},
 	} {
 		code, _, errs := ctl(t, c.args...)
