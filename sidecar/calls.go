@@ -144,6 +144,7 @@ func prefixReply(r layout.SyncResult, start time.Time) *pb.PrefixReply {
 	return &pb.PrefixReply{
 		PromptTokens: int64(r.PromptTokens), ReusableTokens: int64(r.Reusable), ReusedTokens: int64(r.Reused),
 		PrefilledTokens: int64(r.Prefilled), DroppedTokens: int64(r.Dropped), ElapsedUs: time.Since(start).Microseconds(),
+		ApproximateTokens: int64(r.Approximate), RecomputedTokens: int64(r.Recomputed), ReuseChoice: r.ReuseChoice,
 	}
 }
 
@@ -169,6 +170,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if err != nil {
 			return err
 		}
+		target.Exact = r.GetExactReuse()
 		if len(sess.Tokens) == 0 {
 			// Cross-session resume: an empty session whose prompt starts
 			// like a stored snapshot takes its KV instead of prefilling.
@@ -215,12 +217,17 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		if err != nil {
 			return err
 		}
-		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens)}
+		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens), Exact: r.GetExactReuse()}
 		res, err = sess.layout.Sync(ctx, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
 		base := len(stable.Tokens)
 		res.Reusable = max(0, res.Reusable-base)
 		res.Reused = max(0, res.Reused-base)
+		if res.Reused == 0 {
+			res.Approximate = 0
+		} else {
+			res.Approximate = min(res.Reused, max(0, res.Approximate-(base-sess.ExactTokens(base))))
+		}
 		return err
 	})
 	if err != nil {

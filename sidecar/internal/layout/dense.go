@@ -29,18 +29,22 @@ func (d *denseLayout) Sync(ctx context.Context, target Prompt, needLogits, keepT
 	if len(target.Tokens) > limit {
 		return r, protocol.OverflowError{PromptTokens: int64(len(target.Tokens)), ContextTokens: int64(limit)}
 	}
-	lcp := tape.ReusablePrefix(target.Tokens)
+	lcp := tape.ReusablePrefix(target)
 	r.Reusable = lcp
 	keep := lcp
 	if keep == len(target.Tokens) {
 		if keepTail && !needLogits {
 			r.Reused = keep
+			r.Approximate = keep - tape.ExactTokens(keep)
 			return r, nil
 		}
 		if needLogits && keep > 0 && tape.LogitsAt != keep {
 			keep-- // recompute the last token for its logits
 		}
+	} else if done, err := d.segmentSync(ctx, target, keep, needLogits, keepTail, &r); done || err != nil {
+		return r, err
 	}
+	r.Approximate = keep - tape.ExactTokens(keep)
 	if keep < len(tape.Tokens) {
 		n, err := d.env.Engine.Remove(keep, -1)
 		if err != nil {
@@ -49,7 +53,7 @@ func (d *denseLayout) Sync(ctx context.Context, target Prompt, needLogits, keepT
 		r.Dropped = n
 		tape.Keep(keep)
 	}
-	if err := d.prefill(ctx, target, keep); err != nil {
+	if err := d.prefill(ctx, target, keep, len(target.Tokens)); err != nil {
 		return r, err
 	}
 	r.Reused = keep
@@ -59,16 +63,19 @@ func (d *denseLayout) Sync(ctx context.Context, target Prompt, needLogits, keepT
 	return r, nil
 }
 
-// prefill decodes target.Tokens[from:] in chunks, extending the tape as
+// prefill decodes target.Tokens[from:to] in chunks, extending the tape as
 // each chunk lands so a cancellation keeps what was done.
-func (d *denseLayout) prefill(ctx context.Context, target Prompt, from int) error {
+func (d *denseLayout) prefill(ctx context.Context, target Prompt, from, to int) error {
 	tape, ectx := d.tape, d.env.Engine
+	if from >= to {
+		return nil
+	}
 	chunk := ectx.Options().BatchTokens * 4
 	if d.env.WantsProgress(ctx) {
 		chunk = ectx.Options().BatchTokens
 	}
-	for off, end := from, from; off < len(target.Tokens); off = end {
-		d.env.Progress(ctx, "prefill", off-from, len(target.Tokens)-from)
+	for off, end := from, from; off < to; off = end {
+		d.env.Progress(ctx, "prefill", off-from, to-from)
 		step := chunk
 		if off > from {
 			// Between chunks other sessions' calls get their turns; the
@@ -81,7 +88,7 @@ func (d *denseLayout) prefill(ctx context.Context, target Prompt, from int) erro
 		if d.env.Contended() {
 			step = ectx.Options().BatchTokens // shorter steps while others wait
 		}
-		end = min(off+step, len(target.Tokens))
+		end = min(off+step, to)
 		if err := ectx.Decode(ctx, target.Tokens[off:end], off); err != nil {
 			tape.LogitsAt = -1
 			tape.Spans = ClipSpans(target.Spans, len(tape.Tokens))
@@ -90,7 +97,7 @@ func (d *denseLayout) prefill(ctx context.Context, target Prompt, from int) erro
 		tape.Tokens = append(tape.Tokens, target.Tokens[off:end]...)
 		tape.LogitsAt = len(tape.Tokens)
 	}
-	d.env.Progress(ctx, "prefill", len(target.Tokens)-from, len(target.Tokens)-from)
+	d.env.Progress(ctx, "prefill", to-from, to-from)
 	return nil
 }
 

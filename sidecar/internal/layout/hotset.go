@@ -507,7 +507,7 @@ func (h *hotSet) Sync(ctx context.Context, target Prompt, needLogits, keepTail, 
 	if len(target.Tokens) > limit {
 		return r, protocol.OverflowError{PromptTokens: int64(len(target.Tokens)), ContextTokens: int64(limit)}
 	}
-	lcp := tape.ReusablePrefix(target.Tokens)
+	lcp := tape.ReusablePrefix(target)
 	r.Reusable = lcp
 	if lcp == len(target.Tokens) && keepTail && !needLogits {
 		r.Reused = lcp

@@ -72,7 +72,7 @@ func (d *denseLayout) Restore(ctx context.Context, r Restore, upto int) error {
 	cancel()
 	if pos < upto {
 		target := Prompt{Tokens: saved[:upto], Spans: ClipSpans(r.Spans, upto)}
-		if err := d.prefill(ctx, target, pos); err != nil {
+		if err := d.prefill(ctx, target, pos, upto); err != nil {
 			return err
 		}
 		rep.RecomputedTokens = int64(upto - pos)

@@ -22,22 +22,50 @@ type Tape struct {
 	// ExpireFrom is the first tape index the next sync may not reuse (an
 	// invalidate_on_turn segment of an ended turn), or -1.
 	ExpireFrom int
+	// approxFrom is the first tape index whose KV is not what a cold
+	// prefill of the tape would compute (a segment moved past an early
+	// change, and everything after it), or -1: only the layout sets it.
+	approxFrom int
 }
 
 // NewTape is an empty tape.
-func NewTape() Tape { return Tape{LogitsAt: -1, ExpireFrom: -1} }
+func NewTape() Tape { return Tape{LogitsAt: -1, ExpireFrom: -1, approxFrom: -1} }
 
 // Reset empties the tape.
 func (t *Tape) Reset() {
-	t.Tokens, t.Spans, t.LogitsAt = nil, nil, -1
+	t.Tokens, t.Spans, t.LogitsAt, t.approxFrom = nil, nil, -1, -1
+}
+
+// ApproxFrom is the first tape index whose KV is approximate (reused past
+// an early change), or -1 when the whole tape is exact.
+func (t *Tape) ApproxFrom() int { return t.approxFrom }
+
+// ExactTokens is how many of the tape's first n tokens hold exactly the
+// KV a cold prefill computes.
+func (t *Tape) ExactTokens(n int) int {
+	if t.approxFrom >= 0 {
+		return min(n, t.approxFrom)
+	}
+	return n
+}
+
+// markApprox records that the KV from tape index i on is approximate.
+func (t *Tape) markApprox(i int) {
+	if t.approxFrom < 0 || i < t.approxFrom {
+		t.approxFrom = i
+	}
 }
 
 // ReusablePrefix is the longest common prefix of the tape and target that
-// may be kept: it stops at an expired invalidate_on_turn segment.
-func (t *Tape) ReusablePrefix(target []engine.Token) int {
-	lcp := CommonPrefix(t.Tokens, target)
+// may be kept: it stops at an expired invalidate_on_turn segment and, for
+// an exact prompt, at the first approximate token.
+func (t *Tape) ReusablePrefix(target Prompt) int {
+	lcp := CommonPrefix(t.Tokens, target.Tokens)
 	if t.ExpireFrom >= 0 && lcp > t.ExpireFrom {
 		lcp = t.ExpireFrom
+	}
+	if target.Exact {
+		lcp = t.ExactTokens(lcp)
 	}
 	return lcp
 }
@@ -47,6 +75,9 @@ func (t *Tape) ReusablePrefix(target []engine.Token) int {
 func (t *Tape) Keep(n int) {
 	if t.ExpireFrom >= n {
 		t.ExpireFrom = -1 // the expired tokens are gone
+	}
+	if t.approxFrom >= n {
+		t.approxFrom = -1 // the approximate tokens are gone
 	}
 	t.Tokens = t.Tokens[:n]
 	t.Spans = ClipSpans(t.Spans, n)
@@ -93,11 +124,22 @@ type Prompt struct {
 	// Turn is where the tokens the turn brings start (its volatile
 	// segments): what retrieval asks with. 0 when not a turn.
 	Turn int
+	// Exact asks for KV equal to a cold prefill: nothing approximate is
+	// kept or moved (the request asked for exact reuse).
+	Exact bool
 }
 
-// SyncResult counts what one tape synchronisation did.
+// SyncResult counts what one tape synchronisation did. Reused counts
+// every prompt token whose KV was kept or moved rather than prefilled;
+// Approximate the part of Reused that is not what a cold prefill computes
+// (moved past an early change this call, or kept from an earlier one);
+// Recomputed the tokens of unchanged segments prefilled again (a reused
+// segment's head, runs too short to move), counted in Prefilled too.
 type SyncResult struct {
 	PromptTokens, Reusable, Reused, Prefilled, Dropped int
+	Approximate, Recomputed                            int
+	// ReuseChoice says what segment reuse decided, when it was weighed.
+	ReuseChoice string
 }
 
 // EngineErr maps engine errors onto protocol sentinels, keeping the cause.

@@ -1,0 +1,156 @@
+package layout
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+)
+
+// Segment reuse past an early change (dense sessions). When a prompt
+// differs from the tape at an early token, the tape's later segments whose
+// tokens equal segments of the prompt keep their KV: it is moved to the new
+// positions (a RoPE shift, so it is approximate: it was computed after a
+// different prefix) and only the rest is prefilled. policy.MatchSegments
+// finds the runs, policy.PlanSegmentReuse decides which are moved and how
+// much of each is recomputed; this file carries the plan out.
+//
+// The engine decodes only right after the last position a sequence holds
+// (llama.cpp keeps a sequence's positions consecutive), so the moved runs
+// are taken out as bytes first, everything past the kept prefix removed,
+// and then, in position order, each gap is prefilled and the next run put
+// back at its new position (InsertRange shifts it). After every step the
+// tape is the prompt's first tokens and the KV equals it, so a failure or a
+// cancellation leaves a shorter, consistent tape.
+
+// spanRanges are spans as policy's ranges.
+func spanRanges(spans []Span) []policy.SpanRange {
+	out := make([]policy.SpanRange, len(spans))
+	for i, sp := range spans {
+		out[i] = policy.SpanRange{Start: sp.Start, End: sp.End}
+	}
+	return out
+}
+
+// stableEnd is where the tape's stable spans end (0: none).
+func stableEnd(spans []Span) int {
+	end := 0
+	for _, sp := range spans {
+		if !sp.Seg.Stable {
+			break
+		}
+		end = sp.End
+	}
+	return end
+}
+
+// withTail is target followed by the tape's tokens past its stable prefix
+// (the earlier conversation), when those lie wholly past the change at
+// kept: an ensure-prefix call (keepTail) keeps what the session held after
+// its stable prefix, moved behind the new one, as it keeps a tape that
+// extends the prefix. tail is the run that moves it (Len 0: none).
+func (t *Tape) withTail(target Prompt, kept int) (Prompt, policy.ReuseRun) {
+	se := stableEnd(t.Spans)
+	if se <= kept || se >= len(t.Tokens) {
+		return target, policy.ReuseRun{}
+	}
+	out := Prompt{Tokens: append(append([]engine.Token(nil), target.Tokens...), t.Tokens[se:]...), Turn: target.Turn, Exact: target.Exact}
+	out.Spans = append(make([]Span, 0, len(target.Spans)+len(t.Spans)), target.Spans...)
+	delta := len(target.Tokens) - se
+	for _, sp := range t.Spans {
+		if sp.Start >= se {
+			sp.Start += delta
+			sp.End += delta
+			out.Spans = append(out.Spans, sp)
+		}
+	}
+	return out, policy.ReuseRun{Src: se, Dst: len(target.Tokens), Len: len(t.Tokens) - se}
+}
+
+// segmentSync tries segment reuse for target, which differs from the tape
+// at kept. done reports that it synchronised the tape (r filled); false
+// with a nil error: the caller prefills past kept as usual.
+func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail bool, r *SyncResult) (bool, error) {
+	tape := d.tape
+	if d.env.Reuse == nil || kept >= len(tape.Tokens) {
+		return false, nil
+	}
+	set := d.env.Reuse()
+	mode := set.Mode
+	if target.Exact {
+		mode = policy.ReuseExact
+	}
+	full := target
+	var tail policy.ReuseRun
+	if keepTail {
+		full, tail = tape.withTail(target, kept)
+	}
+	held := tape.Tokens
+	if tail.Len > 0 {
+		held = held[:tail.Src] // the tail moves whole, after the stable segments
+	}
+	runs := policy.MatchSegments(held, spanRanges(tape.Spans), full.Tokens, spanRanges(target.Spans), kept)
+	if tail.Len > 0 {
+		runs = append(runs, tail)
+	}
+	if len(runs) == 0 || len(full.Tokens) > d.env.ContextTokens {
+		return false, nil
+	}
+	plan, err := policy.PlanSegmentReuse(policy.SegmentReuseInput{
+		Mode: mode, Kept: kept, PromptTokens: len(full.Tokens), Runs: runs, NeedLogits: needLogits,
+		Cost: set.Cost, LatencySeconds: set.LatencySeconds,
+	})
+	if err != nil {
+		return false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
+	}
+	r.ReuseChoice = plan.Choice
+	if len(plan.Runs) == 0 {
+		return false, nil // exact: the caller prefills target past kept
+	}
+	// Take the moved runs out before anything is removed.
+	ranges := make([]engine.Range, len(plan.Runs))
+	for i, run := range plan.Runs {
+		if ranges[i], err = d.env.Engine.ExtractRange(run.Src, run.Src+run.Len); err != nil {
+			return true, EngineErr(err)
+		}
+	}
+	approxKept := kept - tape.ExactTokens(kept)
+	n, err := d.env.Engine.Remove(kept, -1)
+	if err != nil {
+		return true, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
+	}
+	r.Dropped = n
+	tape.Keep(kept)
+	moved := 0 // runs in place
+	defer func() {
+		// Counted within target: a moved tail is the next call's prefix.
+		lim := min(len(tape.Tokens), len(target.Tokens))
+		in := 0
+		for _, run := range plan.Runs[:moved] {
+			in += max(0, min(run.Dst+run.Len, lim)-run.Dst)
+		}
+		r.Reused, r.Approximate = kept+in, approxKept+in
+		r.Prefilled = lim - r.Reused
+		r.Recomputed = min(plan.Recomputed, r.Prefilled)
+		tape.Spans = ClipSpans(full.Spans, len(tape.Tokens))
+	}()
+	for i, run := range plan.Runs {
+		if err := d.prefill(ctx, full, len(tape.Tokens), run.Dst); err != nil {
+			return true, err
+		}
+		if err := d.env.Engine.InsertRange(ranges[i], run.Dst); err != nil {
+			return true, EngineErr(err)
+		}
+		ranges[i] = engine.Range{} // let its bytes go
+		tape.markApprox(run.Dst)
+		tape.Tokens = append(tape.Tokens, full.Tokens[run.Dst:run.Dst+run.Len]...)
+		tape.LogitsAt = -1
+		moved++
+	}
+	if err := d.prefill(ctx, full, len(tape.Tokens), len(full.Tokens)); err != nil {
+		return true, err
+	}
+	return true, nil
+}
