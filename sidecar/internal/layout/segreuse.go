@@ -34,39 +34,23 @@ func spanRanges(spans []Span) []policy.SpanRange {
 	return out
 }
 
-// stableEnd is where the tape's stable spans end (0: none).
-func stableEnd(spans []Span) int {
-	end := 0
-	for _, sp := range spans {
-		if !sp.Seg.Stable {
-			break
-		}
-		end = sp.End
-	}
-	return end
-}
-
-// withTail is target followed by the tape's tokens past its stable prefix
-// (the earlier conversation), when those lie wholly past the change at
-// kept: an ensure-prefix call (keepTail) keeps what the session held after
-// its stable prefix, moved behind the new one, as it keeps a tape that
-// extends the prefix. tail is the run that moves it (Len 0: none).
-func (t *Tape) withTail(target Prompt, kept int) (Prompt, policy.ReuseRun) {
-	se := stableEnd(t.Spans)
-	if se <= kept || se >= len(t.Tokens) {
-		return target, policy.ReuseRun{}
-	}
-	out := Prompt{Tokens: append(append([]engine.Token(nil), target.Tokens...), t.Tokens[se:]...), Turn: target.Turn, Exact: target.Exact}
+// withTail is target followed by the tape's tokens from from on (what the
+// session held after the run that ends target: the earlier conversation),
+// their spans shifted with them: an ensure-prefix call (keepTail) keeps
+// what followed its prefix, moved behind the new one, as it keeps a tape
+// that extends the prefix. tail is the run that moves it.
+func (t *Tape) withTail(target Prompt, from int) (Prompt, policy.ReuseRun) {
+	out := Prompt{Tokens: append(append([]engine.Token(nil), target.Tokens...), t.Tokens[from:]...), Turn: target.Turn, Exact: target.Exact}
 	out.Spans = append(make([]Span, 0, len(target.Spans)+len(t.Spans)), target.Spans...)
-	delta := len(target.Tokens) - se
+	delta := len(target.Tokens) - from
 	for _, sp := range t.Spans {
-		if sp.Start >= se {
+		if sp.Start >= from {
 			sp.Start += delta
 			sp.End += delta
 			out.Spans = append(out.Spans, sp)
 		}
 	}
-	return out, policy.ReuseRun{Src: se, Dst: len(target.Tokens), Len: len(t.Tokens) - se}
+	return out, policy.ReuseRun{Src: from, Dst: len(target.Tokens), Len: len(t.Tokens) - from}
 }
 
 // segmentSync tries segment reuse for target, which differs from the tape
@@ -83,16 +67,11 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		mode = policy.ReuseExact
 	}
 	full := target
-	var tail policy.ReuseRun
-	if keepTail {
-		full, tail = tape.withTail(target, kept)
-	}
-	held := tape.Tokens
-	if tail.Len > 0 {
-		held = held[:tail.Src] // the tail moves whole, after the stable segments
-	}
-	runs := policy.MatchSegments(held, spanRanges(tape.Spans), full.Tokens, spanRanges(target.Spans), kept)
-	if tail.Len > 0 {
+	runs := policy.MatchSegments(tape.Tokens, spanRanges(tape.Spans), target.Tokens, spanRanges(target.Spans), kept)
+	if n := len(runs); keepTail && n > 0 && runs[n-1].Dst+runs[n-1].Len == len(target.Tokens) && runs[n-1].Src+runs[n-1].Len < len(tape.Tokens) {
+		// The prompt ends with a moved run: what followed it stays after it.
+		var tail policy.ReuseRun
+		full, tail = tape.withTail(target, runs[n-1].Src+runs[n-1].Len)
 		runs = append(runs, tail)
 	}
 	if len(runs) == 0 || len(full.Tokens) > d.env.ContextTokens {
