@@ -171,7 +171,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 			return err
 		}
 		target.Exact = r.GetExactReuse()
-		if len(sess.Tokens) == 0 {
+		if sess.tape.Len() == 0 {
 			// Cross-session resume: an empty session whose prompt starts
 			// like a stored snapshot takes its KV instead of prefilling.
 			resumed, resumedTokens = srv.resume(ctx, sess, target.Tokens)
@@ -226,7 +226,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		if res.Reused == 0 {
 			res.Approximate = 0
 		} else {
-			res.Approximate = min(res.Reused, max(0, res.Approximate-(base-sess.ExactTokens(base))))
+			res.Approximate = min(res.Reused, max(0, res.Approximate-(base-sess.tape.ExactTokens(base))))
 		}
 		return err
 	})
@@ -261,10 +261,10 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 	var out textOut
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
 		ectx := srv.slot.ectx
-		if len(sess.Tokens) == 0 {
+		if sess.tape.Len() == 0 {
 			return fmt.Errorf("%w: decode on an empty session", protocol.ErrInvalidArgument)
 		}
-		if sess.LogitsAt != len(sess.Tokens) || ectx.Logits() == nil {
+		if !sess.tape.HasLogits() || ectx.Logits() == nil {
 			// Logits were lost (parked, or nothing prefilled).
 			if err := sess.refreshLogits(ctx); err != nil {
 				return err
@@ -275,17 +275,9 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			return fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 		}
 		defer smp.Close()
-		genStart := len(sess.Tokens)
-		sess.Spans = append(sess.Spans, layout.Span{Seg: policy.Segment{ID: "<generated>", Kind: policy.KindUserTurn, Class: policy.ClassVolatile}, Start: genStart, End: genStart, Generated: true})
-		defer func() {
-			if len(sess.Tokens) == genStart {
-				sess.Spans = sess.Spans[:len(sess.Spans)-1]
-			} else {
-				sess.Spans[len(sess.Spans)-1].End = len(sess.Tokens)
-			}
-			// The turn has ended: invalidate_on_turn segments expire.
-			sess.ExpireFrom = turnCut(sess.Spans)
-		}()
+		sess.tape.BeginGenerated()
+		// The turn has ended: invalidate_on_turn segments expire.
+		defer sess.tape.EndTurn()
 		limit := srv.slot.sessionTokens()
 		for i := 0; ; i++ {
 			if ctx.Err() != nil {
@@ -298,11 +290,11 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			}
 			if i > 0 {
 				// Between tokens other sessions' calls get their turns.
-				sess.Spans[len(sess.Spans)-1].End = len(sess.Tokens)
+				sess.tape.MarkGenerated()
 				if err := srv.yield(sess); err != nil {
 					return err
 				}
-				if sess.LogitsAt != len(sess.Tokens) {
+				if !sess.tape.HasLogits() {
 					if err := sess.refreshLogits(ctx); err != nil {
 						if ctx.Err() != nil {
 							reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
@@ -343,7 +335,7 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 				}
 			}
 			reply.Tokens++
-			if len(sess.Tokens) >= limit {
+			if sess.tape.Len() >= limit {
 				reply.Reason = pb.StopReason_STOP_REASON_CONTEXT_FULL
 				break
 			}

@@ -47,7 +47,7 @@ func (srv *Server) reuseSettings() layout.ReuseSettings {
 func (srv *Server) newLayout(sess *session) layout.Layout {
 	env := srv.layoutEnv(sess)
 	if srv.slot.hot.Budget > 0 {
-		return layout.NewHotSet(env, &sess.Tape, sess.id)
+		return layout.NewHotSet(env, &sess.tape, sess.id)
 	}
-	return layout.NewDense(env, &sess.Tape)
+	return layout.NewDense(env, &sess.tape)
 }

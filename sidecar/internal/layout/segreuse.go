@@ -40,17 +40,17 @@ func spanRanges(spans []Span) []policy.SpanRange {
 // what followed its prefix, moved behind the new one, as it keeps a tape
 // that extends the prefix. tail is the run that moves it.
 func (t *Tape) withTail(target Prompt, from int) (Prompt, policy.ReuseRun) {
-	out := Prompt{Tokens: append(append([]engine.Token(nil), target.Tokens...), t.Tokens[from:]...), Turn: target.Turn, Exact: target.Exact}
-	out.Spans = append(make([]Span, 0, len(target.Spans)+len(t.Spans)), target.Spans...)
+	out := Prompt{Tokens: append(append([]engine.Token(nil), target.Tokens...), t.tokens[from:]...), Turn: target.Turn, Exact: target.Exact}
+	out.Spans = append(make([]Span, 0, len(target.Spans)+len(t.spans)), target.Spans...)
 	delta := len(target.Tokens) - from
-	for _, sp := range t.Spans {
+	for _, sp := range t.spans {
 		if sp.Start >= from {
 			sp.Start += delta
 			sp.End += delta
 			out.Spans = append(out.Spans, sp)
 		}
 	}
-	return out, policy.ReuseRun{Src: from, Dst: len(target.Tokens), Len: len(t.Tokens) - from}
+	return out, policy.ReuseRun{Src: from, Dst: len(target.Tokens), Len: len(t.tokens) - from}
 }
 
 // segmentSync tries segment reuse for target, which differs from the tape
@@ -58,7 +58,7 @@ func (t *Tape) withTail(target Prompt, from int) (Prompt, policy.ReuseRun) {
 // with a nil error: the caller prefills past kept as usual.
 func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail bool, r *SyncResult) (bool, error) {
 	tape := d.tape
-	if d.env.Reuse == nil || kept >= len(tape.Tokens) {
+	if d.env.Reuse == nil || kept >= len(tape.tokens) {
 		return false, nil
 	}
 	set := d.env.Reuse()
@@ -67,8 +67,8 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		mode = policy.ReuseExact
 	}
 	full := target
-	runs := policy.MatchSegments(tape.Tokens, spanRanges(tape.Spans), target.Tokens, spanRanges(target.Spans), kept)
-	if n := len(runs); keepTail && n > 0 && runs[n-1].Dst+runs[n-1].Len == len(target.Tokens) && runs[n-1].Src+runs[n-1].Len < len(tape.Tokens) {
+	runs := policy.MatchSegments(tape.tokens, spanRanges(tape.spans), target.Tokens, spanRanges(target.Spans), kept)
+	if n := len(runs); keepTail && n > 0 && runs[n-1].Dst+runs[n-1].Len == len(target.Tokens) && runs[n-1].Src+runs[n-1].Len < len(tape.tokens) {
 		// The prompt ends with a moved run: what followed it stays after it.
 		var tail policy.ReuseRun
 		full, tail = tape.withTail(target, runs[n-1].Src+runs[n-1].Len)
@@ -105,7 +105,7 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 	moved := 0 // runs in place
 	defer func() {
 		// Counted within target: a moved tail is the next call's prefix.
-		lim := min(len(tape.Tokens), len(target.Tokens))
+		lim := min(len(tape.tokens), len(target.Tokens))
 		in := 0
 		for _, run := range plan.Runs[:moved] {
 			in += max(0, min(run.Dst+run.Len, lim)-run.Dst)
@@ -113,10 +113,10 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		r.Reused, r.Approximate = kept+in, approxKept+in
 		r.Prefilled = lim - r.Reused
 		r.Recomputed = min(plan.Recomputed, r.Prefilled)
-		tape.Spans = ClipSpans(full.Spans, len(tape.Tokens))
+		tape.spans = ClipSpans(full.Spans, len(tape.tokens))
 	}()
 	for i, run := range plan.Runs {
-		if err := d.prefill(ctx, full, len(tape.Tokens), run.Dst); err != nil {
+		if err := d.prefill(ctx, full, len(tape.tokens), run.Dst); err != nil {
 			return true, err
 		}
 		if err := d.env.Engine.InsertRange(ranges[i], run.Dst); err != nil {
@@ -124,11 +124,11 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		}
 		ranges[i] = engine.Range{} // let its bytes go
 		tape.markApprox(run.Dst)
-		tape.Tokens = append(tape.Tokens, full.Tokens[run.Dst:run.Dst+run.Len]...)
-		tape.LogitsAt = -1
+		tape.tokens = append(tape.tokens, full.Tokens[run.Dst:run.Dst+run.Len]...)
+		tape.logitsAt = -1
 		moved++
 	}
-	if err := d.prefill(ctx, full, len(tape.Tokens), len(full.Tokens)); err != nil {
+	if err := d.prefill(ctx, full, len(tape.tokens), len(full.Tokens)); err != nil {
 		return true, err
 	}
 	return true, nil
