@@ -11,7 +11,7 @@ func TestPerturbChangesOnlyWhatItSays(t *testing.T) {
 	msgs := []chat.Message{{Role: "system", Content: "You are opencode.\n<env>\nToday's date: Tue Dec 01 2026\n</env>"}, {Role: "user", Content: "hi"}}
 	tools := []chat.Tool{{Name: "read"}, {Name: "bash"}}
 	m, tl, ok := perturb("date", msgs, tools)
-	if !ok || !strings.Contains(m[0].Content, "Wed Dec 02 2026") || strings.Contains(m[0].Content, "Tue Dec 01") || m[1] != msgs[1] || len(tl) != 2 {
+	if !ok || !strings.Contains(m[0].Content, "Wed Dec 02 2026") || strings.Contains(m[0].Content, "Tue Dec 01") || m[1].Content != msgs[1].Content || len(tl) != 2 {
 		t.Fatalf("date: %q", m[0].Content)
 	}
 	if msgs[0].Content != "You are opencode.\n<env>\nToday's date: Tue Dec 01 2026\n</env>" {
