@@ -144,3 +144,38 @@ func TestFakeSegmentReuseKeepsConversation(t *testing.T) {
 		t.Fatalf("explain: %d resident", ex.GetResidentTokens())
 	}
 }
+
+// A hot set moves the KV of unchanged segments it holds in the engine
+// past an early change, and streams the rest in: the layout's invariants
+// hold (checkHotLayout), whether the prompt fits the hot budget or not.
+func TestFakeHotSetSegmentReuse(t *testing.T) {
+	cfg := hotConfig()
+	cfg.ReuseLatency = time.Nanosecond
+	d := startFake(t, cfg, enginefake.Options{})
+	for _, n := range []int{150, 1000} {
+		sys, tools, user := ids(1, 40, 0, 250), ids(uint64(n), n, 0, 250), ids(3, 30, 0, 250)
+		id := d.open("hot")
+		userSeg := &pb.Segment{Id: "u", Kind: pb.SegmentKind_SEGMENT_KIND_USER_TURN, Tokens: user}
+		d.mustEnsure(id, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools), userSeg))
+		d.mustSuffix(id)
+		gen := d.greedy(id, 5)
+		sys2 := slices.Clone(sys)
+		sys2[10]++
+		r := d.mustEnsure(id, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys2), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools), userSeg))
+		if r.GetApproximateTokens() == 0 || r.GetReusedTokens()+r.GetPrefilledTokens() != int64(1+40+n) {
+			t.Fatalf("tools %d: ensure %+v: want part of the tools moved", n, r)
+		}
+		if n == 150 && r.GetApproximateTokens() != 150 {
+			t.Fatalf("tools %d: %d moved, want all of them (the prompt fits the hot budget)", n, r.GetApproximateTokens())
+		}
+		t.Logf("tools %d: ensure reused %d (approximate %d) prefilled %d", n, r.GetReusedTokens(), r.GetApproximateTokens(), r.GetPrefilledTokens())
+		checkHotLayout(t, d, id, append(withBOS(sys2, tools, user), gen...))
+		s := d.mustSuffix(id)
+		if s.GetPrefilledTokens() > 1 {
+			t.Fatalf("tools %d: suffix %+v: the conversation was moved too, only the logits token is prefilled", n, s)
+		}
+		checkHotLayout(t, d, id, withBOS(sys2, tools, user))
+		d.greedy(id, 3)
+		d.closeSession(id)
+	}
+}

@@ -163,12 +163,19 @@ func (h *hotSet) Sync(ctx context.Context, target Prompt, needLogits, keepTail, 
 	r.Reusable = lcp
 	if lcp == len(target.Tokens) && keepTail && !needLogits {
 		r.Reused = lcp
+		r.Approximate = lcp - tape.ExactTokens(lcp)
 		return r, nil
 	}
 	keep := lcp
 	if needLogits && keep == len(target.Tokens) && keep > 0 && tape.logitsAt != keep {
 		keep--
 	}
+	if keep < len(target.Tokens) {
+		if done, err := h.segmentSync(ctx, target, keep, needLogits, keepTail, retrieve, &r); done || err != nil {
+			return r, err
+		}
+	}
+	r.Approximate = keep - tape.ExactTokens(keep)
 	before := len(tape.tokens)
 	kept, err := h.Cut(keep)
 	if err != nil {
@@ -176,6 +183,7 @@ func (h *hotSet) Sync(ctx context.Context, target Prompt, needLogits, keepTail, 
 	}
 	r.Dropped = before - kept
 	r.Reused = kept
+	r.Approximate = min(r.Approximate, kept-tape.ExactTokens(kept))
 	tape.spans = target.Spans
 	newToks := target.Tokens[kept:]
 	if retrieve && len(newToks) > 0 {

@@ -53,15 +53,22 @@ func (t *Tape) withTail(target Prompt, from int) (Prompt, policy.ReuseRun) {
 	return out, policy.ReuseRun{Src: from, Dst: len(target.Tokens), Len: len(t.tokens) - from}
 }
 
-// segmentSync tries segment reuse for target, which differs from the tape
-// at kept. done reports that it synchronised the tape (r filled); false
-// with a nil error: the caller prefills past kept as usual.
-func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail bool, r *SyncResult) (bool, error) {
-	tape := d.tape
-	if d.env.Reuse == nil || kept >= len(tape.tokens) {
-		return false, nil
+// segmentReuse is a plan to carry out: the prompt to synchronise to
+// (target, or target followed by what the session held after it) and
+// which held runs move where.
+type segmentReuse struct {
+	full Prompt
+	plan policy.SegmentReusePlan
+}
+
+// planReuse matches target's segments past kept (where it first differs
+// from the tape) with the tape's and asks policy what to move. ok is false
+// when nothing is moved: the caller prefills past kept as usual.
+func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits, keepTail bool, r *SyncResult) (segmentReuse, bool, error) {
+	if env.Reuse == nil || kept >= len(tape.tokens) {
+		return segmentReuse{}, false, nil
 	}
-	set := d.env.Reuse()
+	set := env.Reuse()
 	mode := set.Mode
 	if target.Exact {
 		mode = policy.ReuseExact
@@ -74,20 +81,45 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		full, tail = tape.withTail(target, runs[n-1].Src+runs[n-1].Len)
 		runs = append(runs, tail)
 	}
-	if len(runs) == 0 || len(full.Tokens) > d.env.ContextTokens {
-		return false, nil
+	if len(runs) == 0 || len(full.Tokens) > limit {
+		return segmentReuse{}, false, nil
 	}
 	plan, err := policy.PlanSegmentReuse(policy.SegmentReuseInput{
 		Mode: mode, Kept: kept, PromptTokens: len(full.Tokens), Runs: runs, NeedLogits: needLogits,
 		Cost: set.Cost, LatencySeconds: set.LatencySeconds,
 	})
 	if err != nil {
-		return false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
+		return segmentReuse{}, false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 	}
 	r.ReuseChoice = plan.Choice
-	if len(plan.Runs) == 0 {
-		return false, nil // exact: the caller prefills target past kept
+	return segmentReuse{full: full, plan: plan}, len(plan.Runs) > 0, nil
+}
+
+// countReuse fills r after a segment-reuse sync that kept the first kept
+// tokens (approxKept of them approximate) and moved the runs in moved,
+// counting within target only: a moved tail is the next call's prefix.
+func countReuse(r *SyncResult, tape *Tape, target Prompt, sr segmentReuse, kept, approxKept int, moved []policy.ReuseRun) {
+	lim := min(len(tape.tokens), len(target.Tokens))
+	in := 0
+	for _, run := range moved {
+		in += max(0, min(run.Dst+run.Len, lim)-run.Dst)
 	}
+	r.Reused, r.Approximate = kept+in, approxKept+in
+	r.Prefilled = lim - r.Reused
+	r.Recomputed = min(sr.plan.Recomputed, r.Prefilled)
+	tape.spans = ClipSpans(sr.full.Spans, len(tape.tokens))
+}
+
+// segmentSync tries segment reuse for target, which differs from the tape
+// at kept. done reports that it synchronised the tape (r filled); false
+// with a nil error: the caller prefills past kept as usual.
+func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail bool, r *SyncResult) (bool, error) {
+	tape := d.tape
+	sr, ok, err := planReuse(d.env, tape, target, kept, d.env.ContextTokens, needLogits, keepTail, r)
+	if !ok || err != nil {
+		return false, err
+	}
+	full, plan := sr.full, sr.plan
 	// Take the moved runs out before anything is removed.
 	ranges := make([]engine.Range, len(plan.Runs))
 	for i, run := range plan.Runs {
@@ -103,18 +135,7 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 	r.Dropped = n
 	tape.Keep(kept)
 	moved := 0 // runs in place
-	defer func() {
-		// Counted within target: a moved tail is the next call's prefix.
-		lim := min(len(tape.tokens), len(target.Tokens))
-		in := 0
-		for _, run := range plan.Runs[:moved] {
-			in += max(0, min(run.Dst+run.Len, lim)-run.Dst)
-		}
-		r.Reused, r.Approximate = kept+in, approxKept+in
-		r.Prefilled = lim - r.Reused
-		r.Recomputed = min(plan.Recomputed, r.Prefilled)
-		tape.spans = ClipSpans(full.Spans, len(tape.tokens))
-	}()
+	defer func() { countReuse(r, tape, target, sr, kept, approxKept, plan.Runs[:moved]) }()
 	for i, run := range plan.Runs {
 		if err := d.prefill(ctx, full, len(tape.tokens), run.Dst); err != nil {
 			return true, err
