@@ -55,7 +55,15 @@ func postUsage(t *testing.T, d *door, body string, header ...string) (int, reuse
 // usage says so: cached_tokens counts only the exact reuse, the moved KV
 // is approximate_cached_tokens; X-Ctxd-Reuse: exact asks for none.
 func TestUsageAfterAnEarlyChange(t *testing.T) {
-	d := startDoor(t, sidecar.Config{HotTokens: 0, ContextTokens: 4096, ReuseLatency: time.Nanosecond}, Config{})
+	t.Run("dense", func(t *testing.T) {
+		usageAfterAnEarlyChange(t, startDoor(t, sidecar.Config{HotTokens: 0, ContextTokens: 4096, ReuseLatency: time.Nanosecond}, Config{}))
+	})
+	t.Run("hot", func(t *testing.T) {
+		usageAfterAnEarlyChange(t, startDoor(t, sidecar.Config{HotTokens: sidecar.HotAuto, ReuseLatency: time.Nanosecond}, Config{}))
+	})
+}
+
+func usageAfterAnEarlyChange(t *testing.T, d *door) {
 	sys := "You tell short stories to children. " + longText(300)
 	user, answer := longText(400), longText(200)
 	if status, _ := postUsage(t, d, chatBody(t, sys+" Today is Monday.", user)); status != http.StatusOK {
