@@ -180,6 +180,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if errors.Is(err, protocol.ErrContextOverflow) {
 			return err // nothing was touched
 		}
+		sess.lastPrefix = prefixReply(res, start)
 		// The manifest is adopted even after a partial prefill: the tape
 		// says exactly what is resident.
 		sess.manifest, sess.compat = &m, key
@@ -228,6 +229,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		} else {
 			res.Approximate = min(res.Reused, max(0, res.Approximate-(base-sess.tape.ExactTokens(base))))
 		}
+		sess.lastPrefix = prefixReply(res, start)
 		return err
 	})
 	if err != nil {

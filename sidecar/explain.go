@@ -29,6 +29,10 @@ func (srv *Server) buildExplain(sess *session) *pb.ExplainReply {
 	}
 	rep.ResidentTokens = int64(sess.tape.Len())
 	rep.Restore = sess.lastRestore
+	rep.LastPrefix = sess.lastPrefix
+	if a := sess.tape.ApproxFrom(); a >= 0 {
+		rep.ApproximateTokens = int64(sess.tape.Len() - a)
+	}
 	hotRanges := sess.layout.Explain(rep)
 	for _, r := range hotRanges {
 		if r[1] > r[0] {

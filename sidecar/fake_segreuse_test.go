@@ -54,6 +54,9 @@ func TestFakeSegmentReuseAfterEarlyChange(t *testing.T) {
 	if r.GetReuseChoice() == "" {
 		t.Fatal("no reuse choice reported")
 	}
+	if ex := d.explain(a); ex.GetApproximateTokens() != int64(612-108) || ex.GetLastPrefix().GetApproximateTokens() != 500 {
+		t.Fatalf("explain: %d approximate tokens, last prefix %+v", ex.GetApproximateTokens(), ex.GetLastPrefix())
+	}
 	// The tokens generated after the old prompt move behind the new one
 	// (what a prefix call keeps past the stable prefix).
 	want := append(withBOS(sys2, tools, file), gen...)

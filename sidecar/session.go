@@ -33,7 +33,8 @@ type session struct {
 	version      uint64 // counts calls that may have changed the tape
 	savedVersion uint64 // version at the last snapshot
 	lastRestore  *pb.RestoreReport
-	ephemeral    bool // opened "cold": never resumed, never snapshotted automatically
+	lastPrefix   *pb.PrefixReply // the last EnsurePrefix/PrefillSuffix reply, for explain
+	ephemeral    bool            // opened "cold": never resumed, never snapshotted automatically
 
 	// explained is what Explain reports, published under the slot token
 	// at the end of each call and when a long call yields (view.go).

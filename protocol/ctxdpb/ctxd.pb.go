@@ -3380,8 +3380,13 @@ type ExplainReply struct {
 	// it had, and for each scorer that ran its best candidates (best first)
 	// and its cost.
 	LastRetrieval *RetrievalReport `protobuf:"bytes,24,opt,name=last_retrieval,json=lastRetrieval,proto3" json:"last_retrieval,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Segment reuse: the tokens whose KV is approximate (from the first
+	// moved segment past an early change to the end of the stream), and what
+	// the session's last prefix or suffix call reused, how (its reply).
+	ApproximateTokens int64        `protobuf:"varint,25,opt,name=approximate_tokens,json=approximateTokens,proto3" json:"approximate_tokens,omitempty"`
+	LastPrefix        *PrefixReply `protobuf:"bytes,26,opt,name=last_prefix,json=lastPrefix,proto3" json:"last_prefix,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ExplainReply) Reset() {
@@ -3578,6 +3583,20 @@ func (x *ExplainReply) GetHotRanges() []*TokenRange {
 func (x *ExplainReply) GetLastRetrieval() *RetrievalReport {
 	if x != nil {
 		return x.LastRetrieval
+	}
+	return nil
+}
+
+func (x *ExplainReply) GetApproximateTokens() int64 {
+	if x != nil {
+		return x.ApproximateTokens
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetLastPrefix() *PrefixReply {
+	if x != nil {
+		return x.LastPrefix
 	}
 	return nil
 }
@@ -5563,7 +5582,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"firstToken\x12\x16\n" +
 	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x14\n" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xc2\b\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa8\t\n" +
 	"\fExplainReply\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12'\n" +
@@ -5599,7 +5618,10 @@ const file_ctxd_proto_rawDesc = "" +
 	"coldTokens\x122\n" +
 	"\n" +
 	"hot_ranges\x18\x17 \x03(\v2\x13.ctxd.v1.TokenRangeR\thotRanges\x12?\n" +
-	"\x0elast_retrieval\x18\x18 \x01(\v2\x18.ctxd.v1.RetrievalReportR\rlastRetrieval\x1a@\n" +
+	"\x0elast_retrieval\x18\x18 \x01(\v2\x18.ctxd.v1.RetrievalReportR\rlastRetrieval\x12-\n" +
+	"\x12approximate_tokens\x18\x19 \x01(\x03R\x11approximateTokens\x125\n" +
+	"\vlast_prefix\x18\x1a \x01(\v2\x14.ctxd.v1.PrefixReplyR\n" +
+	"lastPrefix\x1a@\n" +
 	"\x12TokensByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb6\x01\n" +
@@ -5943,20 +5965,21 @@ var file_ctxd_proto_depIdxs = []int32{
 	44, // 64: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
 	42, // 65: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
 	39, // 66: ctxd.v1.ExplainReply.last_retrieval:type_name -> ctxd.v1.RetrievalReport
-	40, // 67: ctxd.v1.RetrievalReport.scorer:type_name -> ctxd.v1.ScorerReport
-	41, // 68: ctxd.v1.ScorerReport.top:type_name -> ctxd.v1.RetrievalCandidate
-	43, // 69: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
-	50, // 70: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
-	44, // 71: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
-	55, // 72: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
-	62, // 73: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
-	63, // 74: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
-	66, // 75: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
-	76, // [76:76] is the sub-list for method output_type
-	76, // [76:76] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	30, // 67: ctxd.v1.ExplainReply.last_prefix:type_name -> ctxd.v1.PrefixReply
+	40, // 68: ctxd.v1.RetrievalReport.scorer:type_name -> ctxd.v1.ScorerReport
+	41, // 69: ctxd.v1.ScorerReport.top:type_name -> ctxd.v1.RetrievalCandidate
+	43, // 70: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
+	50, // 71: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
+	44, // 72: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
+	55, // 73: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
+	62, // 74: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
+	63, // 75: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
+	66, // 76: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
+	77, // [77:77] is the sub-list for method output_type
+	77, // [77:77] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_ctxd_proto_init() }
