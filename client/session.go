@@ -83,6 +83,8 @@ type PrefixResult struct {
 	ApproximateTokens int
 	RecomputedTokens  int
 	ReuseChoice       string
+	// RecomputeBudget is the recompute budget segment reuse had (tokens).
+	RecomputeBudget int
 }
 
 // ExactTokens are the reused tokens whose KV is what a cold prefill
@@ -96,6 +98,7 @@ func prefixResult(r *pb.PrefixReply) PrefixResult {
 		DroppedTokens: int(r.GetDroppedTokens()), Elapsed: time.Duration(r.GetElapsedUs()) * time.Microsecond,
 		ResumedSnapshot: r.GetResumedSnapshot(), ResumedTokens: int(r.GetResumedTokens()),
 		ApproximateTokens: int(r.GetApproximateTokens()), RecomputedTokens: int(r.GetRecomputedTokens()), ReuseChoice: r.GetReuseChoice(),
+		RecomputeBudget: int(r.GetRecomputeBudgetTokens()),
 	}
 }
 

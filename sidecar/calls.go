@@ -145,6 +145,7 @@ func prefixReply(r layout.SyncResult, start time.Time) *pb.PrefixReply {
 		PromptTokens: int64(r.PromptTokens), ReusableTokens: int64(r.Reusable), ReusedTokens: int64(r.Reused),
 		PrefilledTokens: int64(r.Prefilled), DroppedTokens: int64(r.Dropped), ElapsedUs: time.Since(start).Microseconds(),
 		ApproximateTokens: int64(r.Approximate), RecomputedTokens: int64(r.Recomputed), ReuseChoice: r.ReuseChoice,
+		RecomputeBudgetTokens: int64(r.Budget),
 	}
 }
 

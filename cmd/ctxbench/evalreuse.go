@@ -40,7 +40,11 @@ type reuseCase struct {
 	ExactReused  int     `json:"exact_reused"` // tokens before the first change (exact path)
 	Approximate  int     `json:"approximate"`  // moved KV (segment reuse)
 	Recomputed   int     `json:"recomputed"`
+	Budget       int     `json:"recompute_budget"`
 	New          int     `json:"new"` // prefilled with reuse, less recomputed
+	// BoundHolds: the recomputed tokens stay within the budget (+1 for
+	// the logits token) and nothing else was prefilled but new tokens.
+	BoundHolds bool `json:"bound_holds"`
 	ExactMS      float64 `json:"exact_ms"`
 	ApproxMS     float64 `json:"approx_ms"`
 	Speedup      float64 `json:"speedup"`
@@ -87,6 +91,7 @@ func evalReuse(ctx context.Context, e *cli.Env, args []string) error {
 	perts := fs.String("perturb", "date,agents,tools,gitstatus", "perturbations of each request: date, agents (an AGENTS.md block added), tools (the last tool removed), gitstatus")
 	traces := fs.String("traces", "", "SWE-agent .traj files whose first user message is edited (comma-separated)")
 	traceTokens := fs.Int("trace-messages", 8, "messages of each trace to use")
+	maxChars := fs.Int("max-message-chars", 0, "cut every message to this many characters (0: whole; for slow models)")
 	n := fs.Int("tokens", 64, "decoded tokens compared")
 	latency := fs.Duration("reuse-latency", time.Nanosecond, "the daemon's --reuse-latency: its recompute budget is what this leaves after the new tokens (1ns: none)")
 	needleModel := fs.String("needle-model", envOr("CTXD_NEEDLE_MODEL", "../shared/models/needle.gguf"), "model for the needle check (empty: skip)")
@@ -101,7 +106,7 @@ func evalReuse(ctx context.Context, e *cli.Env, args []string) error {
 	}
 	start := time.Now()
 	res := reuseResult{Model: *model, ReuseLatency: latency.String()}
-	cases, err := reuseCases(*model, *dir, *sessions, *perts, *traces, *traceTokens)
+	cases, err := reuseCases(*model, *dir, *sessions, *perts, *traces, *traceTokens, *maxChars)
 	if err != nil {
 		return err
 	}
@@ -164,10 +169,10 @@ func summarize(cs []reuseCase) reuseSummary {
 
 func printReuse(e *cli.Env, r reuseResult) {
 	fmt.Fprintf(e.Stdout, "eval reuse: %s, reuse-latency %s\n", r.Model, r.ReuseLatency)
-	fmt.Fprintf(e.Stdout, "  %-26s %-9s %7s %7s %7s %6s %6s %9s %9s %6s %8s %8s %5s %6s\n", "source", "change", "prompt", "exact", "approx", "recomp", "new", "exact_ms", "reuse_ms", "speed", "KL_mean", "KL_max", "top1", "greedy")
+	fmt.Fprintf(e.Stdout, "  %-26s %-9s %7s %7s %7s %6s %6s %6s %9s %9s %6s %8s %8s %5s %6s %5s\n", "source", "change", "prompt", "exact", "approx", "recomp", "budget", "new", "exact_ms", "reuse_ms", "speed", "KL_mean", "KL_max", "top1", "greedy", "bound")
 	for _, c := range r.Cases {
-		fmt.Fprintf(e.Stdout, "  %-26s %-9s %7d %7d %7d %6d %6d %9.0f %9.0f %5.1fx %8.4f %8.4f %5.3f %6.3f\n", c.Source, c.Perturbation, c.PromptTokens, c.ExactReused, c.Approximate,
-			c.Recomputed, c.New, c.ExactMS, c.ApproxMS, c.Speedup, c.KLMean, c.KLMax, c.Top1, c.GreedyMatch)
+		fmt.Fprintf(e.Stdout, "  %-26s %-9s %7d %7d %7d %6d %6d %6d %9.0f %9.0f %5.1fx %8.4f %8.4f %5.3f %6.3f %5v\n", c.Source, c.Perturbation, c.PromptTokens, c.ExactReused, c.Approximate,
+			c.Recomputed, c.Budget, c.New, c.ExactMS, c.ApproxMS, c.Speedup, c.KLMean, c.KLMax, c.Top1, c.GreedyMatch, c.BoundHolds)
 	}
 	s := r.Summary
 	fmt.Fprintf(e.Stdout, "  summary: KL mean %.4f (max %.4f), top-1 mean %.3f (min %.3f), greedy match %.3f, speedup %.1fx\n", s.KLMean, s.KLMax, s.Top1Mean, s.Top1Min, s.GreedyMean, s.SpeedupMean)
@@ -184,7 +189,7 @@ type reusePair struct {
 	tokens        int // estimated prompt tokens (for the context size)
 }
 
-func reuseCases(model, dir, sessions, perts, traces string, traceMsgs int) ([]reusePair, error) {
+func reuseCases(model, dir, sessions, perts, traces string, traceMsgs, maxChars int) ([]reusePair, error) {
 	tmpl, err := chat.NewTemplate(chat.ModelInfo{}) // stories260K and the synthetic models have no chat template: the fallback
 	if err != nil {
 		return nil, err
@@ -203,6 +208,7 @@ func reuseCases(model, dir, sessions, perts, traces string, traceMsgs int) ([]re
 	}
 	var out []reusePair
 	add := func(source, pert string, a, b []chat.Message, ta, tb []chat.Tool) error {
+		a, b = cutMessages(a, maxChars), cutMessages(b, maxChars)
 		pm, ca, err := render(a, ta)
 		if err != nil {
 			return err
@@ -261,6 +267,21 @@ func reuseCases(model, dir, sessions, perts, traces string, traceMsgs int) ([]re
 		}
 	}
 	return out, nil
+}
+
+// cutMessages cuts every message's content to n bytes (0: whole), keeping
+// valid UTF-8.
+func cutMessages(msgs []chat.Message, n int) []chat.Message {
+	if n <= 0 {
+		return msgs
+	}
+	out := append([]chat.Message(nil), msgs...)
+	for i := range out {
+		if c := out[i].Content; len(c) > n {
+			out[i].Content = strings.ToValidUTF8(c[:n], "")
+		}
+	}
+	return out
 }
 
 // recordedChat reads an OpenAI chat request body's messages and tools.
@@ -428,7 +449,8 @@ func syncTurn(ctx context.Context, s *client.Session, m client.Manifest) (client
 	}
 	return client.PrefixResult{PromptTokens: b.PromptTokens, ReusedTokens: a.ReusedTokens + b.ReusedTokens, PrefilledTokens: a.PrefilledTokens + b.PrefilledTokens,
 		ApproximateTokens: a.ApproximateTokens + b.ApproximateTokens, RecomputedTokens: a.RecomputedTokens + b.RecomputedTokens,
-		Elapsed: a.Elapsed + b.Elapsed, ReuseChoice: strings.TrimSpace(a.ReuseChoice + " " + b.ReuseChoice)}, nil
+		Elapsed: a.Elapsed + b.Elapsed, ReuseChoice: strings.TrimSpace(a.ReuseChoice + " " + b.ReuseChoice),
+		RecomputeBudget: a.RecomputeBudget + b.RecomputeBudget}, nil
 }
 
 // decodeLogits decodes n tokens (greedy, or teacher-forced on forced) and
@@ -486,6 +508,8 @@ func runReuseCase(ctx context.Context, c *client.Client, rc reusePair, n int) (r
 	out.PromptTokens, out.ExactReused = ap.PromptTokens, ex.ReusedTokens
 	out.Approximate, out.Recomputed = ap.ApproximateTokens, ap.RecomputedTokens
 	out.New = ap.PrefilledTokens - ap.RecomputedTokens
+	out.Budget = ap.RecomputeBudget
+	out.BoundHolds = ap.RecomputedTokens <= ap.RecomputeBudget+1 && ap.PrefilledTokens+ap.ReusedTokens == ap.PromptTokens
 	out.ExactMS, out.ApproxMS = ms64(ex.Elapsed), ms64(ap.Elapsed)
 	if out.ApproxMS > 0 {
 		out.Speedup = out.ExactMS / out.ApproxMS

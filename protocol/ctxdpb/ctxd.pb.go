@@ -2716,8 +2716,11 @@ type PrefixReply struct {
 	// (the recompute budget of segment reuse).
 	RecomputedTokens int64  `protobuf:"varint,10,opt,name=recomputed_tokens,json=recomputedTokens,proto3" json:"recomputed_tokens,omitempty"`
 	ReuseChoice      string `protobuf:"bytes,11,opt,name=reuse_choice,json=reuseChoice,proto3" json:"reuse_choice,omitempty"` // what segment reuse decided, when weighed
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The recompute budget segment reuse had (tokens): prefilled_tokens is
+	// at most the new tokens plus it (plus one for the last token's logits).
+	RecomputeBudgetTokens int64 `protobuf:"varint,12,opt,name=recompute_budget_tokens,json=recomputeBudgetTokens,proto3" json:"recompute_budget_tokens,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *PrefixReply) Reset() {
@@ -2825,6 +2828,13 @@ func (x *PrefixReply) GetReuseChoice() string {
 		return x.ReuseChoice
 	}
 	return ""
+}
+
+func (x *PrefixReply) GetRecomputeBudgetTokens() int64 {
+	if x != nil {
+		return x.RecomputeBudgetTokens
+	}
+	return 0
 }
 
 type SamplingParams struct {
@@ -5521,7 +5531,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x05extra\x18\x02 \x03(\v2\x10.ctxd.v1.SegmentR\x05extra\x12\x1a\n" +
 	"\bprogress\x18\x03 \x01(\bR\bprogress\x12\x1f\n" +
 	"\vexact_reuse\x18\x04 \x01(\bR\n" +
-	"exactReuse\"\xc2\x03\n" +
+	"exactReuse\"\xfa\x03\n" +
 	"\vPrefixReply\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12'\n" +
 	"\x0freusable_tokens\x18\x02 \x01(\x03R\x0ereusableTokens\x12#\n" +
@@ -5535,7 +5545,8 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x12approximate_tokens\x18\t \x01(\x03R\x11approximateTokens\x12+\n" +
 	"\x11recomputed_tokens\x18\n" +
 	" \x01(\x03R\x10recomputedTokens\x12!\n" +
-	"\freuse_choice\x18\v \x01(\tR\vreuseChoice\"p\n" +
+	"\freuse_choice\x18\v \x01(\tR\vreuseChoice\x126\n" +
+	"\x17recompute_budget_tokens\x18\f \x01(\x03R\x15recomputeBudgetTokens\"p\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +

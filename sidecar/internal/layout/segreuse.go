@@ -91,7 +91,7 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	if err != nil {
 		return segmentReuse{}, false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 	}
-	r.ReuseChoice = plan.Choice
+	r.ReuseChoice, r.Budget = plan.Choice, plan.BudgetTokens
 	return segmentReuse{full: full, plan: plan}, len(plan.Runs) > 0, nil
 }
 

@@ -210,8 +210,10 @@ type Prompt struct {
 type SyncResult struct {
 	PromptTokens, Reusable, Reused, Prefilled, Dropped int
 	Approximate, Recomputed                            int
-	// ReuseChoice says what segment reuse decided, when it was weighed.
+	// ReuseChoice says what segment reuse decided, when it was weighed,
+	// and Budget the recompute budget it had (tokens).
 	ReuseChoice string
+	Budget      int
 }
 
 // EngineErr maps engine errors onto protocol sentinels, keeping the cause.
