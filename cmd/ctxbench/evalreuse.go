@@ -34,17 +34,17 @@ import (
 // change and compares recall with exact prefill.
 
 type reuseCase struct {
-	Source       string  `json:"source"`
-	Perturbation string  `json:"perturbation"`
-	PromptTokens int     `json:"prompt_tokens"`
-	ExactReused  int     `json:"exact_reused"` // tokens before the first change (exact path)
-	Approximate  int     `json:"approximate"`  // moved KV (segment reuse)
-	Recomputed   int     `json:"recomputed"`
-	Budget       int     `json:"recompute_budget"`
-	New          int     `json:"new"` // prefilled with reuse, less recomputed
+	Source       string `json:"source"`
+	Perturbation string `json:"perturbation"`
+	PromptTokens int    `json:"prompt_tokens"`
+	ExactReused  int    `json:"exact_reused"` // tokens before the first change (exact path)
+	Approximate  int    `json:"approximate"`  // moved KV (segment reuse)
+	Recomputed   int    `json:"recomputed"`
+	Budget       int    `json:"recompute_budget"`
+	New          int    `json:"new"` // prefilled with reuse, less recomputed
 	// BoundHolds: the recomputed tokens stay within the budget (+1 for
 	// the logits token) and nothing else was prefilled but new tokens.
-	BoundHolds bool `json:"bound_holds"`
+	BoundHolds   bool    `json:"bound_holds"`
 	ExactMS      float64 `json:"exact_ms"`
 	ApproxMS     float64 `json:"approx_ms"`
 	Speedup      float64 `json:"speedup"`
