@@ -131,6 +131,9 @@ func evalReuse(ctx context.Context, e *cli.Env, args []string) error {
 				return fmt.Errorf("%s %s: %w", rc.source, rc.pert, err)
 			}
 			res.Cases = append(res.Cases, out)
+			if b, err := json.Marshal(out); err == nil {
+				fmt.Fprintf(e.Stderr, "case %s\n", b) // as it lands: a long run keeps what it measured
+			}
 		}
 		bar.Clear()
 		done()
@@ -237,6 +240,7 @@ func reuseCases(model, dir, sessions, perts, traces string, traceMsgs, maxChars 
 			if err != nil {
 				return nil, fmt.Errorf("%s request %d: %w", name, last.N, err)
 			}
+			msgs = cutMessages(msgs, maxChars) // before the change, so the change survives the cut
 			for _, p := range strings.Split(perts, ",") {
 				m2, t2, ok := perturb(p, msgs, tools)
 				if !ok {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Segment reuse in a hot set (segreuse.go has the dense case and the
@@ -14,7 +15,8 @@ import (
 // in tape order, the gaps stream in as usual (AppendTokens) and each piece
 // is inserted at the end of the tail (appendKV), where a decoded chunk
 // would have gone, so sealing, parking and eviction see the same stream.
-// A piece of a run whose KV is parked (not in the engine) is prefilled.
+// A parked block wholly inside a run is read back from the tiers; the
+// rest of a run whose KV is not in the engine is prefilled.
 
 // kvPiece is a moved run's KV in pieces: dst is its first tape index in
 // the new prompt.
@@ -30,8 +32,7 @@ func (h *hotSet) enginePos(v int) (p, n int, ok bool) {
 	if v >= h.tailV {
 		return h.tailP + v - h.tailV, len(h.tape.tokens) - v, true
 	}
-	k := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart+h.blocks[i].n > v })
-	b := h.blocks[k]
+	b := h.blockAt(v)
 	n = b.vstart + b.n - v
 	if !b.res.inEngine() {
 		return 0, n, false
@@ -39,25 +40,42 @@ func (h *hotSet) enginePos(v int) (p, n int, ok bool) {
 	return b.pstart + v - b.vstart, n, true
 }
 
-// pieces takes the KV of the plan's runs out of the engine.
-func (h *hotSet) pieces(runs []policy.ReuseRun) ([]kvPiece, error) {
+// pieces takes the KV of the plan's runs out of the engine, and reads the
+// parked blocks that lie wholly inside a run from the tiers (a block's KV
+// comes back whole or not at all).
+func (h *hotSet) pieces(ctx context.Context, runs []policy.ReuseRun) ([]kvPiece, error) {
 	chunk := h.env.Hot.Limits().ChunkTokens()
 	var out []kvPiece
 	for _, run := range runs {
 		for off := 0; off < run.Len; {
-			p, n, ok := h.enginePos(run.Src + off)
-			n = min(n, run.Len-off, chunk)
-			if ok {
-				r, err := h.env.Engine.ExtractRange(p, p+n)
-				if err != nil {
-					return nil, EngineErr(err)
+			v := run.Src + off
+			p, n, ok := h.enginePos(v)
+			if !ok {
+				if b := h.blockAt(v); b.vstart == v && b.n <= run.Len-off && b.res.copyTier() != tiers.None {
+					if kv, err := h.env.Tiers.Fetch(ctx, b.res.copyTier(), b.id, b.ssdKey, nil); err == nil {
+						out = append(out, kvPiece{dst: run.Dst + off, r: engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}})
+					} else if ctx.Err() != nil {
+						return nil, EngineErr(ctx.Err())
+					}
 				}
-				out = append(out, kvPiece{dst: run.Dst + off, r: r})
+				off += n
+				continue
 			}
+			n = min(n, run.Len-off, chunk)
+			r, err := h.env.Engine.ExtractRange(p, p+n)
+			if err != nil {
+				return nil, EngineErr(err)
+			}
+			out = append(out, kvPiece{dst: run.Dst + off, r: r})
 			off += n
 		}
 	}
 	return out, nil
+}
+
+// blockAt is the sealed block holding tape index v (v < tailV).
+func (h *hotSet) blockAt(v int) *hotBlock {
+	return h.blocks[sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart+h.blocks[i].n > v })]
 }
 
 // appendKV puts a piece's KV after the tape, as AppendTokens would have
@@ -94,7 +112,7 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 		return false, err
 	}
 	full := sr.full
-	pieces, err := h.pieces(sr.plan.Runs)
+	pieces, err := h.pieces(ctx, sr.plan.Runs)
 	if err != nil || len(pieces) == 0 {
 		return false, err
 	}
