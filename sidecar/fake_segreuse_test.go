@@ -148,9 +148,10 @@ func TestFakeSegmentReuseKeepsConversation(t *testing.T) {
 	}
 }
 
-// A hot set moves the KV of unchanged segments it holds in the engine
-// past an early change, and streams the rest in: the layout's invariants
-// hold (checkHotLayout), whether the prompt fits the hot budget or not.
+// A hot set moves the KV of unchanged segments past an early change, from
+// the engine and (whole parked blocks) from the arena, and streams the
+// rest in: the layout's invariants hold (checkHotLayout), whether the
+// prompt fits the hot budget or not.
 func TestFakeHotSetSegmentReuse(t *testing.T) {
 	cfg := hotConfig()
 	cfg.ReuseLatency = time.Nanosecond
@@ -170,6 +171,9 @@ func TestFakeHotSetSegmentReuse(t *testing.T) {
 		}
 		if n == 150 && r.GetApproximateTokens() != 150 {
 			t.Fatalf("tools %d: %d moved, want all of them (the prompt fits the hot budget)", n, r.GetApproximateTokens())
+		}
+		if n == 1000 && r.GetApproximateTokens() < 900 {
+			t.Fatalf("tools %d: %d moved, want the parked blocks read back from the arena too", n, r.GetApproximateTokens())
 		}
 		t.Logf("tools %d: ensure reused %d (approximate %d) prefilled %d", n, r.GetReusedTokens(), r.GetApproximateTokens(), r.GetPrefilledTokens())
 		checkHotLayout(t, d, id, append(withBOS(sys2, tools, user), gen...))
