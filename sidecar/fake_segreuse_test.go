@@ -186,3 +186,32 @@ func TestFakeHotSetSegmentReuse(t *testing.T) {
 		d.closeSession(id)
 	}
 }
+
+// A snapshot of a session holding approximate KV restores it as
+// approximate: a restored session never reports it as exact.
+func TestFakeSegmentReuseSnapshotKeepsApproximate(t *testing.T) {
+	for _, hot := range []bool{false, true} {
+		cfg := sidecar.Config{ContextTokens: 2048, ReuseLatency: time.Nanosecond}
+		if hot {
+			cfg = hotConfig()
+			cfg.NoCold, cfg.ReuseLatency = false, time.Nanosecond
+		}
+		d := startFake(t, cfg, enginefake.Options{})
+		sys, tools := ids(1, 100, 0, 250), ids(2, 120, 0, 250)
+		a := d.open("a")
+		d.mustEnsure(a, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools)))
+		sys2 := slices.Clone(sys)
+		sys2[5]++
+		if r := d.mustEnsure(a, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys2), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools))); r.GetApproximateTokens() != 120 {
+			t.Fatalf("hot %v: ensure %+v", hot, r)
+		}
+		d.snapshot(a, "approx")
+		b := d.open("b")
+		if _, err := d.restore(b, "approx"); err != nil {
+			t.Fatal(err)
+		}
+		if ex := d.explain(b); ex.GetApproximateTokens() != 120 {
+			t.Fatalf("hot %v: restored session reports %d approximate tokens, want 120", hot, ex.GetApproximateTokens())
+		}
+	}
+}

@@ -24,6 +24,9 @@ func (srv *Server) capture(sess *session, name string) (*snapshot.Capture, error
 	tape := append([]engine.Token(nil), sess.tape.Tokens()...)
 	c := snapshot.NewCapture(name, srv.ssdCompat(), tape, tiers.ElemBytes(srv.cfg.KVType))
 	meta := snapshot.Meta{Format: snapshot.Format, Session: sess.name, Tape: snapshot.EncodeTape(tape), Mode: sess.layout.Mode()}
+	if a := sess.tape.ApproxFrom(); a >= 0 {
+		meta.ApproxFrom = &a
+	}
 	if sess.manifest != nil {
 		meta.Template = sess.manifest.Template
 		m, err := proto.Marshal(protocol.ManifestToWire(*sess.manifest))

@@ -78,6 +78,9 @@ func (d *denseLayout) Restore(ctx context.Context, r Restore, upto int) error {
 		rep.RecomputedTokens = int64(upto - pos)
 		rep.RecomputedBlocks = int64((upto - pos + snapshot.DenseBlockTokens - 1) / snapshot.DenseBlockTokens)
 	}
+	if a := r.Meta.ApproxFrom; a != nil && *a < pos {
+		tape.markApprox(*a) // read back as saved: approximate from there on
+	}
 	tape.spans = ClipSpans(r.Spans, len(tape.tokens))
 	return nil
 }
@@ -176,6 +179,9 @@ func (h *hotSet) Restore(ctx context.Context, r Restore, _ int) error {
 	}
 	tape.tokens = append(tape.tokens[:0], saved...)
 	tape.spans = ClipSpans(r.Spans, len(saved))
+	if a := r.Meta.ApproxFrom; a != nil && *a < len(saved) {
+		tape.markApprox(*a)
+	}
 	h.tailV, h.tailP = sh.TailV, sh.TailP
 	return nil
 }
