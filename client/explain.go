@@ -87,6 +87,11 @@ type Explanation struct {
 	ColdTokens      int                `json:"cold_tokens,omitempty"`
 	HotRanges       []TokenRange       `json:"hot_ranges,omitempty"`
 	LastRetrieval   *RetrievalReport   `json:"last_retrieval,omitempty"` // nil before any retrieval
+	// ApproximateTokens are the stream's tokens whose KV is approximate
+	// (segment reuse past an early change); LastPrefix is what the last
+	// EnsurePrefix or PrefillSuffix reused, and how.
+	ApproximateTokens int           `json:"approximate_tokens,omitempty"`
+	LastPrefix        *PrefixResult `json:"last_prefix,omitempty"`
 }
 
 func explanation(r *pb.ExplainReply) Explanation {
@@ -97,6 +102,11 @@ func explanation(r *pb.ExplainReply) Explanation {
 		HotBlocks: int(r.GetHotBlocks()), ParkedBlocks: int(r.GetParkedBlocks()), LostBlocks: int(r.GetLostBlocks()),
 		Diagnostics: r.GetDiagnostics(), Evictions: int(r.GetEvictions()), Admissions: int(r.GetAdmissions()),
 		Restore: restoreReport(r.GetRestore()), Cold: coldStatus(r.GetCold()), ColdBlocks: int(r.GetColdBlocks()), ColdTokens: int(r.GetColdTokens()),
+		ApproximateTokens: int(r.GetApproximateTokens()),
+	}
+	if lp := r.GetLastPrefix(); lp != nil {
+		p := prefixResult(lp)
+		e.LastPrefix = &p
 	}
 	for _, s := range r.GetSegments() {
 		e.Segments = append(e.Segments, SegmentResidency{

@@ -36,3 +36,18 @@ func progressEvents(ctx context.Context) (bool, func(*pb.StreamEvent) error) {
 		return nil
 	}
 }
+
+type exactKey struct{}
+
+// WithExactReuse returns a context under which EnsurePrefix and
+// PrefillSuffix ask for exact reuse: only KV equal to a cold prefill is
+// kept (no segment moved past an early change, nothing approximate kept
+// from an earlier turn), whatever the daemon's --reuse mode.
+func WithExactReuse(ctx context.Context) context.Context {
+	return context.WithValue(ctx, exactKey{}, true)
+}
+
+func exactReuse(ctx context.Context) bool {
+	v, _ := ctx.Value(exactKey{}).(bool)
+	return v
+}

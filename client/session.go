@@ -74,7 +74,22 @@ type PrefixResult struct {
 	// (cross-session resume); ResumedTokens came back without prefill.
 	ResumedSnapshot string
 	ResumedTokens   int
+	// ApproximateTokens are the part of ReusedTokens whose KV is
+	// approximate (moved past an early change in the prompt, or kept from
+	// such a turn): exact reuse is ReusedTokens - ApproximateTokens.
+	// RecomputedTokens are the part of PrefilledTokens that prefilled
+	// unchanged segments again (the recompute budget); ReuseChoice says
+	// what the daemon decided.
+	ApproximateTokens int
+	RecomputedTokens  int
+	ReuseChoice       string
+	// RecomputeBudget is the recompute budget segment reuse had (tokens).
+	RecomputeBudget int
 }
+
+// ExactTokens are the reused tokens whose KV is what a cold prefill
+// computes.
+func (r PrefixResult) ExactTokens() int { return r.ReusedTokens - r.ApproximateTokens }
 
 func prefixResult(r *pb.PrefixReply) PrefixResult {
 	return PrefixResult{
@@ -82,6 +97,8 @@ func prefixResult(r *pb.PrefixReply) PrefixResult {
 		ReusedTokens: int(r.GetReusedTokens()), PrefilledTokens: int(r.GetPrefilledTokens()),
 		DroppedTokens: int(r.GetDroppedTokens()), Elapsed: time.Duration(r.GetElapsedUs()) * time.Microsecond,
 		ResumedSnapshot: r.GetResumedSnapshot(), ResumedTokens: int(r.GetResumedTokens()),
+		ApproximateTokens: int(r.GetApproximateTokens()), RecomputedTokens: int(r.GetRecomputedTokens()), ReuseChoice: r.GetReuseChoice(),
+		RecomputeBudget: int(r.GetRecomputeBudgetTokens()),
 	}
 }
 
@@ -91,7 +108,7 @@ func prefixResult(r *pb.PrefixReply) PrefixResult {
 func (s *Session) EnsurePrefix(ctx context.Context, m Manifest) (PrefixResult, error) {
 	want, onEvent := progressEvents(ctx)
 	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{
-		SessionId: s.id, Manifest: protocol.ManifestToWire(m.policyManifest()), Progress: want,
+		SessionId: s.id, Manifest: protocol.ManifestToWire(m.policyManifest()), Progress: want, ExactReuse: exactReuse(ctx),
 	}}}, onEvent)
 	if err != nil {
 		return PrefixResult{}, err
@@ -107,7 +124,7 @@ func (s *Session) PrefillSuffix(ctx context.Context, extra ...Segment) (PrefixRe
 		w[i] = protocol.SegmentToWire(seg.policySegment())
 	}
 	want, onEvent := progressEvents(ctx)
-	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: s.id, Extra: w, Progress: want}}}, onEvent)
+	r, err := s.c.do(ctx, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{SessionId: s.id, Extra: w, Progress: want, ExactReuse: exactReuse(ctx)}}}, onEvent)
 	if err != nil {
 		return PrefixResult{}, err
 	}

@@ -116,7 +116,11 @@ type Context interface {
 	// filled.
 	Options() ContextOptions
 	// Decode runs tokens at positions pos0.. in sequence 0 and keeps the
-	// logits of the last token. It stops between and inside batches when
+	// logits of the last token. pos0 must follow the last position the
+	// sequence holds (llama.cpp keeps a sequence's positions consecutive:
+	// to fill a hole, take what lies above it out with ExtractRange and put
+	// it back with InsertRange after the decode); anything else wraps
+	// ErrInvalidArgument. It stops between and inside batches when
 	// ctx is done, returning ctx.Err() with nothing of the call left in the KV.
 	Decode(ctx context.Context, tokens []Token, pos0 int) error
 	// Logits of the last decoded token; valid until the next Decode.

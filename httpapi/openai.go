@@ -232,12 +232,17 @@ type oaiUsage struct {
 	CompletionTokens    int `json:"completion_tokens"`
 	TotalTokens         int `json:"total_tokens"`
 	PromptTokensDetails struct {
-		CachedTokens int `json:"cached_tokens"`
+		CachedTokens int `json:"cached_tokens"` // exact reuse only
+		// ctxd's: reused KV that is approximate (moved past an early
+		// change), and tokens of unchanged segments prefilled again.
+		ApproximateCachedTokens int `json:"approximate_cached_tokens,omitempty"`
+		RecomputedTokens        int `json:"recomputed_tokens,omitempty"`
 	} `json:"prompt_tokens_details"`
 }
 
 type oaiTimings struct {
-	CacheN              int     `json:"cache_n"`
+	CacheN              int     `json:"cache_n"`                  // exact reuse only
+	CacheApproxN        int     `json:"cache_approx_n,omitempty"` // approximate reuse (ctxd)
 	PromptN             int     `json:"prompt_n"`
 	PromptMS            float64 `json:"prompt_ms"`
 	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
@@ -251,7 +256,8 @@ type oaiTimings struct {
 func usageOf(r turnResult) (*oaiUsage, *oaiTimings) {
 	u := &oaiUsage{PromptTokens: r.promptTokens, CompletionTokens: r.decodedTokens, TotalTokens: r.promptTokens + r.decodedTokens}
 	u.PromptTokensDetails.CachedTokens = r.cachedTokens
-	t := &oaiTimings{CacheN: r.cachedTokens, PromptN: r.prefilledTokens, PromptMS: ms(r.promptDur), PredictedN: r.decodedTokens, PredictedMS: ms(r.decodeDur)}
+	u.PromptTokensDetails.ApproximateCachedTokens, u.PromptTokensDetails.RecomputedTokens = r.approxTokens, r.recomputed
+	t := &oaiTimings{CacheN: r.cachedTokens, CacheApproxN: r.approxTokens, PromptN: r.prefilledTokens, PromptMS: ms(r.promptDur), PredictedN: r.decodedTokens, PredictedMS: ms(r.decodeDur)}
 	if r.prefilledTokens > 0 {
 		t.PromptPerTokenMS = t.PromptMS / float64(r.prefilledTokens)
 		t.PromptPerSecond = float64(r.prefilledTokens) / r.promptDur.Seconds()
@@ -620,7 +626,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, t *chatTurn
 
 func (s *Server) logTurn(ls *liveSession, how string, r turnResult) {
 	s.log.Debug("HTTP turn", "session", ls.id, "key", ls.key, "chosen_by", how, "prompt_tokens", r.promptTokens,
-		"cached_tokens", r.cachedTokens, "prefilled", r.prefilledTokens, "prompt_ms", ms(r.promptDur),
+		"cached_tokens", r.cachedTokens, "approximate_tokens", r.approxTokens, "prefilled", r.prefilledTokens, "prompt_ms", ms(r.promptDur),
 		"decoded", r.decodedTokens, "decode_ms", ms(r.decodeDur), "reason", r.reason.String())
 }
 

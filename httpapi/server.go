@@ -141,6 +141,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			cause:   ErrNotFound})
 		return
 	}
+	r, err := withReuse(r)
+	if err != nil {
+		writeError(w, ollama, err)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
 }
 

@@ -27,7 +27,9 @@ type turnHooks struct {
 // turnResult is what one turn did, for usage and timings.
 type turnResult struct {
 	promptTokens    int // the whole prompt
-	cachedTokens    int // prompt tokens whose KV was reused
+	cachedTokens    int // prompt tokens whose KV was reused exactly (as a cold prefill computes it)
+	approxTokens    int // prompt tokens whose reused KV is approximate (moved past an early change)
+	recomputed      int // of prefilledTokens, tokens of unchanged segments prefilled again
 	prefilledTokens int // prompt tokens evaluated
 	resumed         string
 	promptDur       time.Duration
@@ -64,20 +66,22 @@ func (s *Server) runTurn(ctx context.Context, ls *liveSession, mi *modelInfo, m 
 	}
 	start := time.Now()
 	resp, err := s.call(ctx, &pb.Request{Body: &pb.Request_EnsurePrefix{EnsurePrefix: &pb.EnsurePrefixRequest{
-		SessionId: ls.id, Manifest: protocol.ManifestToWire(m), Progress: h.progress != nil}}}, progress)
+		SessionId: ls.id, Manifest: protocol.ManifestToWire(m), Progress: h.progress != nil, ExactReuse: exactReuse(ctx)}}}, progress)
 	if err != nil {
 		return r, s.turnError(ctx, ls, err)
 	}
 	ep := resp.GetEnsurePrefix()
 	resp, err = s.call(ctx, &pb.Request{Body: &pb.Request_PrefillSuffix{PrefillSuffix: &pb.PrefillSuffixRequest{
-		SessionId: ls.id, Progress: h.progress != nil}}}, progress)
+		SessionId: ls.id, Progress: h.progress != nil, ExactReuse: exactReuse(ctx)}}}, progress)
 	if err != nil {
 		return r, s.turnError(ctx, ls, err)
 	}
 	ps := resp.GetPrefillSuffix()
 	r.promptDur = time.Since(start)
 	r.promptTokens = int(ps.GetPromptTokens())
-	r.cachedTokens = int(ep.GetReusedTokens() + ps.GetReusedTokens())
+	r.approxTokens = int(ep.GetApproximateTokens() + ps.GetApproximateTokens())
+	r.cachedTokens = int(ep.GetReusedTokens()+ps.GetReusedTokens()) - r.approxTokens
+	r.recomputed = int(ep.GetRecomputedTokens() + ps.GetRecomputedTokens())
 	r.prefilledTokens = int(ep.GetPrefilledTokens() + ps.GetPrefilledTokens())
 	r.resumed = ep.GetResumedSnapshot()
 

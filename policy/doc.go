@@ -11,7 +11,9 @@
 // TurnRecentTokens; AttentionIndex over key summaries sized by
 // PlanKeySummary, asked with the turn's attention queries; FuseScores
 // combining both; which scorers run: ScorerSet); where a new session
-// resumes from (ChooseResume, PlanAdoption) and whether a snapshot's blocks
+// resumes from (ChooseResume, PlanAdoption), which unchanged segments past
+// an early change keep their KV, moved, and how much of them is recomputed
+// (MatchSegments, PlanSegmentReuse), and whether a snapshot's blocks
 // are read back or recomputed (PlanRestore); and where a model runs: which
 // device (ChooseDevice), how many layers fit its free memory with the
 // compute buffers and the hot-set KV (PlanOffload), and how many CPU
@@ -43,6 +45,8 @@
 // blockclass.go (a sealed block's class), adopt.go (which blocks a resumed
 // orphan tape brings back), restore.go (restore or recompute: the cost
 // model), resume.go (which source a new session resumes from),
+// segreuse.go (segment reuse past an early change: matching, the plan and
+// its recompute budget),
 // sessiontokens.go (the most tokens a hot-set session holds, from the
 // arena's record sizes), query.go (the turn's
 // retrieval query), bm25.go (the lexical index), keysummary.go (a block's

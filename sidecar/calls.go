@@ -144,6 +144,8 @@ func prefixReply(r layout.SyncResult, start time.Time) *pb.PrefixReply {
 	return &pb.PrefixReply{
 		PromptTokens: int64(r.PromptTokens), ReusableTokens: int64(r.Reusable), ReusedTokens: int64(r.Reused),
 		PrefilledTokens: int64(r.Prefilled), DroppedTokens: int64(r.Dropped), ElapsedUs: time.Since(start).Microseconds(),
+		ApproximateTokens: int64(r.Approximate), RecomputedTokens: int64(r.Recomputed), ReuseChoice: r.ReuseChoice,
+		RecomputeBudgetTokens: int64(r.Budget),
 	}
 }
 
@@ -169,7 +171,8 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if err != nil {
 			return err
 		}
-		if len(sess.Tokens) == 0 {
+		target.Exact = r.GetExactReuse()
+		if sess.tape.Len() == 0 {
 			// Cross-session resume: an empty session whose prompt starts
 			// like a stored snapshot takes its KV instead of prefilling.
 			resumed, resumedTokens = srv.resume(ctx, sess, target.Tokens)
@@ -178,6 +181,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if errors.Is(err, protocol.ErrContextOverflow) {
 			return err // nothing was touched
 		}
+		sess.lastPrefix = prefixReply(res, start)
 		// The manifest is adopted even after a partial prefill: the tape
 		// says exactly what is resident.
 		sess.manifest, sess.compat = &m, key
@@ -215,12 +219,18 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		if err != nil {
 			return err
 		}
-		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens)}
+		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens), Exact: r.GetExactReuse()}
 		res, err = sess.layout.Sync(ctx, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
 		base := len(stable.Tokens)
 		res.Reusable = max(0, res.Reusable-base)
 		res.Reused = max(0, res.Reused-base)
+		if res.Reused == 0 {
+			res.Approximate = 0
+		} else {
+			res.Approximate = min(res.Reused, max(0, res.Approximate-(base-sess.tape.ExactTokens(base))))
+		}
+		sess.lastPrefix = prefixReply(res, start)
 		return err
 	})
 	if err != nil {
@@ -254,10 +264,10 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 	var out textOut
 	err := srv.withSession(ctx, connID, r.GetSessionId(), func(sess *session) error {
 		ectx := srv.slot.ectx
-		if len(sess.Tokens) == 0 {
+		if sess.tape.Len() == 0 {
 			return fmt.Errorf("%w: decode on an empty session", protocol.ErrInvalidArgument)
 		}
-		if sess.LogitsAt != len(sess.Tokens) || ectx.Logits() == nil {
+		if !sess.tape.HasLogits() || ectx.Logits() == nil {
 			// Logits were lost (parked, or nothing prefilled).
 			if err := sess.refreshLogits(ctx); err != nil {
 				return err
@@ -268,17 +278,9 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			return fmt.Errorf("%w: %w", protocol.ErrInvalidArgument, err)
 		}
 		defer smp.Close()
-		genStart := len(sess.Tokens)
-		sess.Spans = append(sess.Spans, layout.Span{Seg: policy.Segment{ID: "<generated>", Kind: policy.KindUserTurn, Class: policy.ClassVolatile}, Start: genStart, End: genStart, Generated: true})
-		defer func() {
-			if len(sess.Tokens) == genStart {
-				sess.Spans = sess.Spans[:len(sess.Spans)-1]
-			} else {
-				sess.Spans[len(sess.Spans)-1].End = len(sess.Tokens)
-			}
-			// The turn has ended: invalidate_on_turn segments expire.
-			sess.ExpireFrom = turnCut(sess.Spans)
-		}()
+		sess.tape.BeginGenerated()
+		// The turn has ended: invalidate_on_turn segments expire.
+		defer sess.tape.EndTurn()
 		limit := srv.slot.sessionTokens()
 		for i := 0; ; i++ {
 			if ctx.Err() != nil {
@@ -291,11 +293,11 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			}
 			if i > 0 {
 				// Between tokens other sessions' calls get their turns.
-				sess.Spans[len(sess.Spans)-1].End = len(sess.Tokens)
+				sess.tape.MarkGenerated()
 				if err := srv.yield(sess); err != nil {
 					return err
 				}
-				if sess.LogitsAt != len(sess.Tokens) {
+				if !sess.tape.HasLogits() {
 					if err := sess.refreshLogits(ctx); err != nil {
 						if ctx.Err() != nil {
 							reply.Reason = pb.StopReason_STOP_REASON_CANCELLED
@@ -336,7 +338,7 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 				}
 			}
 			reply.Tokens++
-			if len(sess.Tokens) >= limit {
+			if sess.tape.Len() >= limit {
 				reply.Reason = pb.StopReason_STOP_REASON_CONTEXT_FULL
 				break
 			}

@@ -70,7 +70,14 @@ type Config struct {
 	// prefill within TurnLatency. 0 = DefaultConfig's; <0 = off.
 	TurnLatency      time.Duration
 	TurnSuffixTokens int
-	Logger           *slog.Logger
+	// Reuse is how a dense session reuses KV past an early change
+	// (policy.ReuseAuto, the zero value: unchanged segments moved, as
+	// approximate KV, only when prefilling them again would miss the
+	// latency target; policy.ReuseExact: never). ReuseLatency is that
+	// target; 0 = TurnLatency.
+	Reuse        policy.ReuseMode
+	ReuseLatency time.Duration
+	Logger       *slog.Logger
 	// Engine is the inference engine, the daemon's only door to native
 	// code: engine/llama's Backend in ctxd, engine/enginefake's in unit
 	// tests. Required by New.

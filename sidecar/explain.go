@@ -27,15 +27,19 @@ func (srv *Server) buildExplain(sess *session) *pb.ExplainReply {
 		TokensByClass: map[string]int64{},
 		CompatKey:     sess.compat,
 	}
-	rep.ResidentTokens = int64(len(sess.Tokens))
+	rep.ResidentTokens = int64(sess.tape.Len())
 	rep.Restore = sess.lastRestore
+	rep.LastPrefix = sess.lastPrefix
+	if a := sess.tape.ApproxFrom(); a >= 0 {
+		rep.ApproximateTokens = int64(sess.tape.Len() - a)
+	}
 	hotRanges := sess.layout.Explain(rep)
 	for _, r := range hotRanges {
 		if r[1] > r[0] {
 			rep.HotRanges = append(rep.HotRanges, &pb.TokenRange{Start: int64(r[0]), End: int64(r[1])})
 		}
 	}
-	for _, sp := range sess.Spans {
+	for _, sp := range sess.tape.Spans() {
 		n := int64(sp.End - sp.Start)
 		if sp.Generated {
 			rep.GeneratedTokens += n

@@ -37,17 +37,17 @@ func (srv *Server) reportEdit(ctx context.Context, connID uint64, r *pb.ReportEd
 	rep := &pb.ReportEditReply{}
 	for _, id := range ids {
 		err := srv.withSession(ctx, connID, id, func(sess *session) error {
-			cut, segs := editCut(sess.Spans, r.GetPaths())
+			cut, segs := editCut(sess.tape.Spans(), r.GetPaths())
 			if cut < 0 {
 				return nil
 			}
-			before := len(sess.Tokens)
+			before := sess.tape.Len()
 			if _, err := sess.layout.Cut(cut); err != nil {
 				return err
 			}
 			rep.Sessions++
 			rep.Segments = append(rep.Segments, segs...)
-			rep.DroppedTokens += int64(before - len(sess.Tokens))
+			rep.DroppedTokens += int64(before - sess.tape.Len())
 			return nil
 		})
 		if err != nil {
@@ -74,15 +74,4 @@ func editCut(spans []layout.Span, paths []string) (int, []string) {
 		}
 	}
 	return cut, ids
-}
-
-// turnCut is the first tape index of an invalidate_on_turn segment (-1:
-// none); it is recorded when a turn ends.
-func turnCut(spans []layout.Span) int {
-	for _, sp := range spans {
-		if policy.TurnInvalidates(sp.Seg) {
-			return sp.Start
-		}
-	}
-	return -1
 }

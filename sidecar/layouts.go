@@ -21,7 +21,25 @@ func (srv *Server) layoutEnv(sess *session) *layout.Env {
 		Contended:     func() bool { waiting, _ := s.token.contended(); return waiting },
 		Progress:      reportProgress,
 		WantsProgress: wantsProgress,
+		Reuse:         srv.reuseSettings,
 	}
+}
+
+// reuseSettings are the segment-reuse mode and the figures it weighs: the
+// measured prefill cost (the fitted model in hot-set mode, else one
+// token's measured time) and the latency target.
+func (srv *Server) reuseSettings() layout.ReuseSettings {
+	s := srv.slot
+	set := layout.ReuseSettings{Mode: srv.cfg.Reuse, Cost: s.fig.cost}
+	if !s.fig.hasCost && s.fig.prefillTokensPerSec > 0 {
+		set.Cost = policy.PrefillCost{BaseSeconds: 1 / s.fig.prefillTokensPerSec}
+	}
+	lat := srv.cfg.ReuseLatency
+	if lat == 0 {
+		lat = srv.cfg.TurnLatency
+	}
+	set.LatencySeconds = lat.Seconds()
+	return set
 }
 
 // newLayout is the layout a session opened on the loaded model gets: a
@@ -29,7 +47,7 @@ func (srv *Server) layoutEnv(sess *session) *layout.Env {
 func (srv *Server) newLayout(sess *session) layout.Layout {
 	env := srv.layoutEnv(sess)
 	if srv.slot.hot.Budget > 0 {
-		return layout.NewHotSet(env, &sess.Tape, sess.id)
+		return layout.NewHotSet(env, &sess.tape, sess.id)
 	}
-	return layout.NewDense(env, &sess.Tape)
+	return layout.NewDense(env, &sess.tape)
 }

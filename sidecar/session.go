@@ -21,19 +21,20 @@ type session struct {
 	busy   sync.Mutex // one call at a time (TryLock → ErrSessionBusy)
 
 	// Guarded by the slot token.
-	layout.Tape                  // the tokens, their spans, what the engine holds of them
-	layout      layout.Layout    // how the tape sits in the engine: dense or a hot set
-	manifest    *policy.Manifest // from the last EnsurePrefix
-	compat      string
-	parked      *engine.SeqState
-	tokCache    map[[32]byte][]engine.Token
-	lastUsed    time.Time
-	closed      bool
+	tape     layout.Tape      // the tokens, their spans, what the engine holds of them (the layout writes it)
+	layout   layout.Layout    // how the tape sits in the engine: dense or a hot set
+	manifest *policy.Manifest // from the last EnsurePrefix
+	compat   string
+	parked   *engine.SeqState
+	tokCache map[[32]byte][]engine.Token
+	lastUsed time.Time
+	closed   bool
 
 	version      uint64 // counts calls that may have changed the tape
 	savedVersion uint64 // version at the last snapshot
 	lastRestore  *pb.RestoreReport
-	ephemeral    bool // opened "cold": never resumed, never snapshotted automatically
+	lastPrefix   *pb.PrefixReply // the last EnsurePrefix/PrefillSuffix reply, for explain
+	ephemeral    bool            // opened "cold": never resumed, never snapshotted automatically
 
 	// explained is what Explain reports, published under the slot token
 	// at the end of each call and when a long call yields (view.go).
@@ -41,7 +42,7 @@ type session struct {
 }
 
 func newSession(id uint64, name string, connID uint64) *session {
-	return &session{id: id, name: name, connID: connID, Tape: layout.NewTape(), tokCache: map[[32]byte][]engine.Token{}, lastUsed: time.Now()}
+	return &session{id: id, name: name, connID: connID, tape: layout.NewTape(), tokCache: map[[32]byte][]engine.Token{}, lastUsed: time.Now()}
 }
 
 // lockBusy takes the session's call lock, waiting for a call in flight
@@ -60,19 +61,5 @@ func (s *session) lockBusy(ctx context.Context) error {
 // refreshLogits recomputes the tape's last token (in hot-set mode, the
 // rest of its block) so the engine holds the logits to sample from.
 func (s *session) refreshLogits(ctx context.Context) error {
-	n := len(s.Tokens)
-	spans := append([]layout.Span(nil), s.Spans...)
-	kept, err := s.layout.Cut(n - 1)
-	if err != nil {
-		return err
-	}
-	// Keep only reslices: the dropped tokens are still in the array.
-	redo := append([]engine.Token(nil), s.Tokens[kept:n]...)
-	s.Tokens = s.Tokens[:kept]
-	s.Spans = spans
-	if err := s.layout.AppendTokens(ctx, redo); err != nil {
-		s.Spans = layout.ClipSpans(spans, len(s.Tokens))
-		return err
-	}
-	return nil
+	return layout.RefreshLogits(ctx, s.layout, &s.tape)
 }

@@ -298,7 +298,7 @@ func (s *slot) makeResident(sess *session) error {
 			return fmt.Errorf("%w: parking session %d: %w", protocol.ErrInternal, cur.id, err)
 		}
 		cur.parked = &st
-		cur.LogitsAt = -1
+		cur.tape.LogitsLost()
 	}
 	s.ectx.Clear()
 	s.resident = nil
@@ -306,12 +306,12 @@ func (s *slot) makeResident(sess *session) error {
 		if err := s.ectx.LoadSeq(*sess.parked); err != nil {
 			// The parked bytes are unusable: start the session empty rather
 			// than serve a tape that does not match the KV.
-			sess.Reset()
+			sess.layout.Reset()
 			s.ectx.Clear()
 		}
 		sess.parked = nil
 	}
-	sess.LogitsAt = -1
+	sess.tape.LogitsLost()
 	s.resident = sess
 	return nil
 }

@@ -34,7 +34,7 @@ func autoName(sess *session) string {
 // holds the slot token.
 func (srv *Server) autoSnapshot(sess *session, why string) {
 	ssd := srv.tiers.SSD()
-	if ssd == nil || ssd.Err() != nil || sess.closed || sess.ephemeral || len(sess.Tokens) < snapshot.MinAutoTokens || sess.version == sess.savedVersion {
+	if ssd == nil || ssd.Err() != nil || sess.closed || sess.ephemeral || sess.tape.Len() < snapshot.MinAutoTokens || sess.version == sess.savedVersion {
 		return
 	}
 	if err := srv.slot.makeResident(sess); err != nil {

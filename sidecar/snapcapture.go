@@ -21,9 +21,12 @@ import (
 // capture copies sess out. The caller holds the slot token and sess is
 // resident.
 func (srv *Server) capture(sess *session, name string) (*snapshot.Capture, error) {
-	tape := append([]engine.Token(nil), sess.Tokens...)
+	tape := append([]engine.Token(nil), sess.tape.Tokens()...)
 	c := snapshot.NewCapture(name, srv.ssdCompat(), tape, tiers.ElemBytes(srv.cfg.KVType))
 	meta := snapshot.Meta{Format: snapshot.Format, Session: sess.name, Tape: snapshot.EncodeTape(tape), Mode: sess.layout.Mode()}
+	if a := sess.tape.ApproxFrom(); a >= 0 {
+		meta.ApproxFrom = &a
+	}
 	if sess.manifest != nil {
 		meta.Template = sess.manifest.Template
 		m, err := proto.Marshal(protocol.ManifestToWire(*sess.manifest))
@@ -32,7 +35,7 @@ func (srv *Server) capture(sess *session, name string) (*snapshot.Capture, error
 		}
 		c.Snap.Manifest = m
 	}
-	for _, sp := range sess.Spans {
+	for _, sp := range sess.tape.Spans() {
 		meta.Spans = append(meta.Spans, snapshot.Span{Seg: sp.Seg, Start: sp.Start, End: sp.End, Generated: sp.Generated})
 	}
 	if err := sess.layout.Capture(c, &meta); err != nil {
@@ -46,7 +49,7 @@ func (srv *Server) capture(sess *session, name string) (*snapshot.Capture, error
 	c.Snap.Meta = mb
 	// The saved state continues from recomputed logits, as a restore does,
 	// so the two continue identically.
-	sess.LogitsAt = -1
+	sess.tape.LogitsLost()
 	return c, nil
 }
 

@@ -50,8 +50,8 @@ func (srv *Server) restoreInto(ctx context.Context, sess *session, snap coldstor
 	}
 	rep := r.Report
 	sess.manifest, sess.compat = m, srv.compatKey(meta.Template)
-	sess.LogitsAt = -1
-	rep.Tokens = int64(len(sess.Tokens))
+	sess.tape.LogitsLost()
+	rep.Tokens = int64(sess.tape.Len())
 	rep.CompressedBytes = ssd.Stats().ReadBytes - readBefore
 	rep.ElapsedUs = time.Since(start).Microseconds()
 	if secs := time.Since(start).Seconds(); rep.CompressedBytes > 0 && secs > 0 {

@@ -21,7 +21,7 @@ import (
 // that came back, or "" when none fits. The caller holds the slot token
 // and sess is resident.
 func (srv *Server) resume(ctx context.Context, sess *session, target []engine.Token) (string, int) {
-	if sess.ephemeral || len(sess.Tokens) > 0 {
+	if sess.ephemeral || sess.tape.Len() > 0 {
 		return "", 0
 	}
 	// policy.ChooseResume picks the source; resume stops at target's own
@@ -70,7 +70,7 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 		// The snapshot may go on past target (tokens its session
 		// generated, or another suffix): resume only the common prefix.
 		_, err = sess.layout.Cut(bestN)
-		rep.Tokens = int64(len(sess.Tokens))
+		rep.Tokens = int64(sess.tape.Len())
 	}
 	if err != nil {
 		srv.log.Warn("resume failed; prefilling instead", "name", best.Name, "err", err)
@@ -79,7 +79,7 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 	}
 	rep.Automatic = true
 	srv.log.Info("session resumed from snapshot", "session", sess.id, "snapshot", best.Name, "common_tokens", bestN, "restored_tokens", rep.RestoredTokens, "ms", rep.ElapsedUs/1000)
-	return best.Name, min(bestN, len(sess.Tokens))
+	return best.Name, min(bestN, sess.tape.Len())
 }
 
 // clearOrReset clears sess after a failed resume; a failure to clear is

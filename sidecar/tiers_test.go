@@ -141,7 +141,7 @@ func TestCancelledAdmissionKeepsTheBlockRetrievable(t *testing.T) {
 	before := residency()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the turn is cancelled before its SSD reads complete
-	target := layout.Prompt{Tokens: append(slices.Clone(sess.Tokens), needle[:4]...), Spans: sess.Spans, Turn: len(sess.Tokens)}
+	target := layout.Prompt{Tokens: append(slices.Clone(sess.tape.Tokens()), needle[:4]...), Spans: sess.tape.Spans(), Turn: sess.tape.Len()}
 	if srv.slot.hot.Scorers.Has(policy.ScorerAttention) {
 		// The attention scorer's probe decode sees the cancellation first:
 		// the turn fails before planning and the layout stays consistent.

@@ -30,8 +30,10 @@ func cmdEval(ctx context.Context, e *cli.Env, args []string) error {
 		return evalScale(ctx, e, args[1:])
 	case "ppl":
 		return evalPPL(ctx, e, args[1:])
+	case "reuse":
+		return evalReuse(ctx, e, args[1:])
 	}
-	return cli.Usage(fmt.Errorf("unknown evaluation %q (recall, ppl, scale)", args[0]))
+	return cli.Usage(fmt.Errorf("unknown evaluation %q (recall, ppl, scale, reuse)", args[0]))
 }
 
 // recallResult is what eval recall reports.

@@ -37,21 +37,26 @@ import (
 // against the Unix socket for the same turn and per streamed token.
 
 type httpReplayRequest struct {
-	N               int     `json:"n"`
-	Side            bool    `json:"side"`
-	Session         string  `json:"ctxd_session"`
-	PromptTokens    int     `json:"prompt_tokens"`
-	CachedTokens    int     `json:"cached_tokens"`
-	PrefilledTokens int     `json:"prefilled_tokens"`
-	ReuseOfPrevious float64 `json:"reuse_of_previous_main,omitempty"` // main requests from the 2nd: cached / previous main's prompt tokens
+	N               int    `json:"n"`
+	Side            bool   `json:"side"` // not served by the ctxd session that served most requests
+	Session         string `json:"ctxd_session"`
+	PromptTokens    int    `json:"prompt_tokens"`
+	CachedTokens    int    `json:"cached_tokens"`             // exact reuse
+	ApproxTokens    int    `json:"approximate_cached_tokens"` // segment reuse past an early change
+	PrefilledTokens int    `json:"prefilled_tokens"`
+	// ReuseOfPrevious is, from the 2nd request a ctxd session served on,
+	// the reused tokens (exact and approximate) over the prompt tokens of
+	// the previous request that session served.
+	ReuseOfPrevious float64 `json:"reuse_of_previous,omitempty"`
 	TTFBMS          float64 `json:"ttfb_ms"`
+	TTFTMS          float64 `json:"ttft_ms"` // first generated text or tool call (streamed); the whole response otherwise
 	TotalMS         float64 `json:"total_ms"`
 }
 
 type httpReplaySession struct {
 	Name            string              `json:"name"`
 	Requests        []httpReplayRequest `json:"requests"`
-	MinMainReuse    float64             `json:"min_main_reuse"`            // over main requests from the 2nd on
+	MinMainReuse    float64             `json:"min_main_reuse"`            // over main requests from the 2nd on (grouped by ctxd session)
 	MainOnlyReuse   []float64           `json:"main_only_reuse,omitempty"` // the same, replayed without side requests
 	SideEffectDelta float64             `json:"side_effect_max_delta"`     // max |with − without| over main reuse ratios
 	Sides           int                 `json:"side_requests"`
@@ -174,15 +179,16 @@ func mainReuse(rs []httpReplayRequest) []float64 {
 
 func printHTTPReplay(e *cli.Env, s httpReplaySession) {
 	fmt.Fprintf(e.Stdout, "%s: %d requests (%d side)\n", s.Name, len(s.Requests), s.Sides)
-	fmt.Fprintf(e.Stdout, "  %3s %-4s %7s %7s %7s %8s %9s %9s\n", "n", "kind", "prompt", "cached", "prefill", "reuse", "ttfb_ms", "total_ms")
+	fmt.Fprintf(e.Stdout, "  %3s %-4s %-8s %7s %7s %7s %7s %8s %9s %9s %9s\n", "n", "kind", "session", "prompt", "cached", "approx", "prefill", "reuse", "ttfb_ms", "ttft_ms", "total_ms")
 	for _, r := range s.Requests {
 		kind, reuse := "main", "-"
 		if r.Side {
 			kind = "side"
-		} else if r.ReuseOfPrevious > 0 {
+		}
+		if r.ReuseOfPrevious > 0 {
 			reuse = fmt.Sprintf("%.3f", r.ReuseOfPrevious)
 		}
-		fmt.Fprintf(e.Stdout, "  %3d %-4s %7d %7d %7d %8s %9.1f %9.1f\n", r.N, kind, r.PromptTokens, r.CachedTokens, r.PrefilledTokens, reuse, r.TTFBMS, r.TotalMS)
+		fmt.Fprintf(e.Stdout, "  %3d %-4s %-8s %7d %7d %7d %7d %8s %9.1f %9.1f %9.1f\n", r.N, kind, r.Session, r.PromptTokens, r.CachedTokens, r.ApproxTokens, r.PrefilledTokens, reuse, r.TTFBMS, r.TTFTMS, r.TotalMS)
 	}
 	fmt.Fprintf(e.Stdout, "  min main reuse (2nd on) %.3f", s.MinMainReuse)
 	if s.MainOnlyReuse != nil {
@@ -325,14 +331,10 @@ func header(h [][2]string, name string) string {
 // headers and body (max_tokens lowered to maxTokens).
 func replayHTTP(ctx context.Context, e *cli.Env, base string, rs recordedSession, maxTokens int, mainOnly bool) (httpReplaySession, error) {
 	res := httpReplaySession{Name: rs.name, MinMainReuse: 1}
-	prevMain := 0
 	bar := e.NewProgress("bench http "+rs.name, int64(len(rs.reqs)), "requests")
 	defer bar.Clear()
 	for _, r := range rs.reqs {
 		bar.Add(1)
-		if r.side {
-			res.Sides++
-		}
 		if mainOnly && r.side {
 			continue
 		}
@@ -365,17 +367,46 @@ func replayHTTP(ctx context.Context, e *cli.Env, base string, rs recordedSession
 		if err != nil {
 			return res, fmt.Errorf("request %d: %w", r.N, err)
 		}
-		out.N, out.Side = r.N, r.side
-		if !r.side {
-			if prevMain > 0 {
-				out.ReuseOfPrevious = float64(out.CachedTokens) / float64(prevMain)
-				res.MinMainReuse = min(res.MinMainReuse, out.ReuseOfPrevious)
-			}
-			prevMain = out.PromptTokens
-		}
+		out.N = r.N
 		res.Requests = append(res.Requests, out)
 	}
+	groupBySession(&res)
 	return res, nil
+}
+
+// groupBySession groups the requests as ctxd's session mapping did (the
+// X-Ctxd-Session header of each response): the main conversation is the
+// ctxd session that served the most requests (ties: the longer prompts),
+// the rest are side requests; each request's reuse is measured against
+// the previous request its ctxd session served.
+func groupBySession(res *httpReplaySession) {
+	count, size := map[string]int{}, map[string]int{}
+	for _, r := range res.Requests {
+		count[r.Session]++
+		size[r.Session] += r.PromptTokens
+	}
+	main, best := "", -1
+	for _, r := range res.Requests {
+		if c := count[r.Session]<<32 + size[r.Session]; c > best {
+			main, best = r.Session, c
+		}
+	}
+	prev := map[string]int{}
+	res.Sides = 0
+	for i := range res.Requests {
+		r := &res.Requests[i]
+		r.Side = r.Session != main
+		if r.Side {
+			res.Sides++
+		}
+		if p := prev[r.Session]; p > 0 {
+			r.ReuseOfPrevious = float64(r.CachedTokens+r.ApproxTokens) / float64(p)
+			if !r.Side {
+				res.MinMainReuse = min(res.MinMainReuse, r.ReuseOfPrevious)
+			}
+		}
+		prev[r.Session] = r.PromptTokens
+	}
 }
 
 // sendTimed sends req and reads the usage of a plain or streamed (SSE)
@@ -393,19 +424,34 @@ func sendTimed(req *http.Request) (httpReplayRequest, error) {
 	if _, err := br.Peek(1); err != nil {
 		return out, fmt.Errorf("empty response (HTTP %d): %w", resp.StatusCode, err)
 	}
-	out.TTFBMS = float64(time.Since(start).Microseconds()) / 1000
-	all, err := io.ReadAll(br)
-	out.TotalMS = float64(time.Since(start).Microseconds()) / 1000
-	if err != nil {
-		return out, err
+	out.TTFBMS = ms64(time.Since(start))
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	var all bytes.Buffer
+	for {
+		line, err := br.ReadBytes('\n')
+		all.Write(line)
+		if sse && out.TTFTMS == 0 && firstToken(line) {
+			out.TTFTMS = ms64(time.Since(start))
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return out, err
+		}
+	}
+	out.TotalMS = ms64(time.Since(start))
+	if out.TTFTMS == 0 {
+		out.TTFTMS = out.TotalMS
 	}
 	if resp.StatusCode != 200 {
-		return out, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(all))
+		return out, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(all.Bytes()))
 	}
 	type usage struct {
 		PromptTokens        int `json:"prompt_tokens"`
 		PromptTokensDetails struct {
 			CachedTokens int `json:"cached_tokens"`
+			Approx       int `json:"approximate_cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	}
 	type timings struct {
@@ -422,13 +468,13 @@ func sendTimed(req *http.Request) (httpReplayRequest, error) {
 			return
 		}
 		found = true
-		out.PromptTokens, out.CachedTokens = v.Usage.PromptTokens, v.Usage.PromptTokensDetails.CachedTokens
+		out.PromptTokens, out.CachedTokens, out.ApproxTokens = v.Usage.PromptTokens, v.Usage.PromptTokensDetails.CachedTokens, v.Usage.PromptTokensDetails.Approx
 		if v.Timings != nil {
 			out.PrefilledTokens = v.Timings.PromptN
 		}
 	}
-	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		for _, line := range strings.Split(string(all), "\n") {
+	if sse {
+		for _, line := range strings.Split(all.String(), "\n") {
 			if d, ok := strings.CutPrefix(line, "data: "); ok && d != "[DONE]" {
 				if strings.Contains(d, `"error"`) {
 					return out, errors.New(d)
@@ -437,12 +483,40 @@ func sendTimed(req *http.Request) (httpReplayRequest, error) {
 			}
 		}
 	} else {
-		take(all)
+		take(all.Bytes())
 	}
 	if !found {
 		return out, errors.New("no usage in the response (stream_options.include_usage?)")
 	}
 	return out, nil
+}
+
+// firstToken reports whether an SSE line carries generated text or a tool
+// call (not a role-only or keep-alive chunk).
+func firstToken(line []byte) bool {
+	d, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data: "))
+	if !ok || string(d) == "[DONE]" {
+		return false
+	}
+	var v struct {
+		Choices []struct {
+			Delta struct {
+				Content   string `json:"content"`
+				Reasoning string `json:"reasoning_content"`
+				ToolCalls []any  `json:"tool_calls"`
+			} `json:"delta"`
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	if json.Unmarshal(d, &v) != nil {
+		return false
+	}
+	for _, c := range v.Choices {
+		if c.Delta.Content != "" || c.Delta.Reasoning != "" || len(c.Delta.ToolCalls) > 0 || c.Text != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // httpDaemon is a private daemon with the HTTP door on a loopback port.

@@ -17,7 +17,7 @@ func TestBenchHTTPReplaysAgentSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(root, "..", "shared", "agent-requests")
+	dir := envOr("CTXD_AGENT_REQUESTS", filepath.Join(root, "..", "shared", "agent-requests"))
 	if _, err := os.Stat(filepath.Join(dir, "opencode", "1.json")); err != nil {
 		t.Fatalf("recorded agent requests missing: %v", err)
 	}
@@ -35,7 +35,10 @@ func TestBenchHTTPReplaysAgentSession(t *testing.T) {
 	s := res.Sessions[0]
 	mains := 0
 	for _, r := range s.Requests {
-		t.Logf("request %d side=%v prompt %d cached %d reuse %.3f ttfb %.1f ms", r.N, r.Side, r.PromptTokens, r.CachedTokens, r.ReuseOfPrevious, r.TTFBMS)
+		t.Logf("request %d side=%v session %s prompt %d cached %d approx %d reuse %.3f ttfb %.1f ms ttft %.1f ms", r.N, r.Side, r.Session, r.PromptTokens, r.CachedTokens, r.ApproxTokens, r.ReuseOfPrevious, r.TTFBMS, r.TTFTMS)
+		if r.TTFTMS < r.TTFBMS || r.TTFTMS > r.TotalMS {
+			t.Errorf("request %d: ttft %.1f ms outside [ttfb %.1f, total %.1f]", r.N, r.TTFTMS, r.TTFBMS, r.TotalMS)
+		}
 		if !r.Side {
 			if mains > 0 && r.ReuseOfPrevious < 0.9 {
 				t.Errorf("main request %d reused %.3f of the previous prompt", r.N, r.ReuseOfPrevious)

@@ -100,6 +100,16 @@ func cmdExplain(ctx context.Context, e *cli.Env, args []string) error {
 	if cp := ex.Capacity; cp != (client.Capacity{}) {
 		fmt.Fprintf(e.Stdout, "context %d tokens, %d bytes/token; %s\n", cp.ContextTokens, cp.KVBytesPerToken, cp.Reason)
 	}
+	if lp := ex.LastPrefix; lp != nil {
+		fmt.Fprintf(e.Stdout, "last prefill: %d prompt tokens: %d reused exactly, %d reused approximately (moved past an early change), %d prefilled (%d of them recomputed from reused segments)\n",
+			lp.PromptTokens, lp.ExactTokens(), lp.ApproximateTokens, lp.PrefilledTokens, lp.RecomputedTokens)
+		if lp.ReuseChoice != "" {
+			fmt.Fprintf(e.Stdout, "  segment reuse: %s\n", lp.ReuseChoice)
+		}
+	}
+	if ex.ApproximateTokens > 0 {
+		fmt.Fprintf(e.Stdout, "approximate KV: the last %d tokens of the stream (exact reuse: ask with exact_reuse / X-Ctxd-Reuse: exact)\n", ex.ApproximateTokens)
+	}
 	if ex.HotTokens > 0 || ex.ParkedBlocks > 0 {
 		fmt.Fprintf(e.Stdout, "hot set: %d tokens hot, %d parked (%d blocks hot, %d parked, %d lost); protected %d, retrieved %d; %d evictions, %d admissions\n",
 			ex.HotTokens, ex.ParkedTokens, ex.HotBlocks, ex.ParkedBlocks, ex.LostBlocks,

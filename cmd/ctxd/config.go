@@ -124,6 +124,8 @@ func newConfig() *config {
 		bind("auto-snapshots", "automatic snapshots kept (closed, idle and shutdown sessions)", &sc.AutoSnapshots, intCodec, positive),
 		bind("turn-latency", "with hot: the hot budget is lowered until a turn of turn-suffix tokens prefills within this on this machine (negative: off)", &sc.TurnLatency, durationCodec, nil),
 		bind("turn-suffix", "with hot: the new tokens of a worst-case turn", &sc.TurnSuffixTokens, intCodec, positive),
+		bind("reuse", "KV reuse past an early change in the prompt (dense sessions): auto (unchanged segments moved into place, approximate, only when prefilling them again would miss reuse-latency; part of each recomputed) or exact (never: bit-exact with a cold prefill)", &sc.Reuse, reuseCodec, nil),
+		bind("reuse-latency", "the turn latency segment reuse weighs (0: turn-latency)", &sc.ReuseLatency, durationCodec, nil),
 		bind("http", "serve the OpenAI- and Ollama-compatible HTTP API at this host:port (off: none; a non-loopback address needs api-key)", &c.http.Addr, stringCodec, notEmpty),
 		secret(bind("api-key", "require this Bearer token on HTTP requests, and allow non-loopback peers (empty: loopback peers of ctxd's uid only)", &c.http.APIKey, stringCodec, nil)),
 		bind("model-name", "model id the HTTP API reports and accepts (empty: the GGUF file's stem)", &c.http.ModelName, stringCodec, nil),
@@ -237,6 +239,8 @@ func bind[T any](key, usage string, p *T, c codec[T], check func(T) error) *sett
 func tomlValue(v any) any {
 	switch v := v.(type) {
 	case policy.KVType:
+		return v.String()
+	case policy.ReuseMode:
 		return v.String()
 	case slog.Level:
 		return strings.ToLower(v.String())
@@ -486,6 +490,18 @@ var kvTypeCodec = codec[policy.KVType]{
 			return 0, err
 		}
 		return policy.ParseKVType(s)
+	},
+}
+
+var reuseCodec = codec[policy.ReuseMode]{
+	typeName: "auto|exact",
+	parse:    policy.ParseReuseMode,
+	decode: func(a any) (policy.ReuseMode, error) {
+		s, err := stringCodec.decode(a)
+		if err != nil {
+			return 0, err
+		}
+		return policy.ParseReuseMode(s)
 	},
 }
 

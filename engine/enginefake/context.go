@@ -73,6 +73,11 @@ func (c *Context) Decode(ctx context.Context, tokens []engine.Token, pos0 int) e
 	if c.seq.Count(pos0, pos0+n) != 0 {
 		return fmt.Errorf("%w: positions [%d,%d) already hold tokens", engine.ErrInvalidArgument, pos0, pos0+n)
 	}
+	if c.seq.Len() > 0 && pos0 != c.seq.Max() {
+		// llama.cpp keeps a sequence's positions consecutive: a decode
+		// starts right after the last position it holds.
+		return fmt.Errorf("%w: decode at %d, not right after the last position %d", engine.ErrInvalidArgument, pos0, c.seq.Max()-1)
+	}
 	if c.seq.Len()+n > c.opts.ContextTokens {
 		return fmt.Errorf("%w: %d tokens resident + %d new > %d cells", engine.ErrContextFull, c.seq.Len(), n, c.opts.ContextTokens)
 	}

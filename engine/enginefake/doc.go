@@ -20,6 +20,9 @@
 //     Without flash attention the cells are stored field by field (as
 //     llama.cpp transposes V), so the BlobCodec's token-major rewrite has
 //     something to do; FromTokenMajor restores the exact bytes.
+//   - A decode must follow the sequence's last position, as llama.cpp
+//     requires: a layout that would decode into a hole fails here as it
+//     would there.
 //   - Argument validation and sentinel errors are engine/llama's (kv.go,
 //     context.go): the same call fails the same way on both.
 //   - Faults (Options.Faults) make chosen calls fail, for error paths.

@@ -2495,10 +2495,13 @@ func (x *OpenSessionReply) GetPrefix() *PrefixReply {
 }
 
 type EnsurePrefixRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Manifest      *Manifest              `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
-	Progress      bool                   `protobuf:"varint,3,opt,name=progress,proto3" json:"progress,omitempty"` // stream ProgressEvents while prefilling
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Manifest  *Manifest              `protobuf:"bytes,2,opt,name=manifest,proto3" json:"manifest,omitempty"`
+	Progress  bool                   `protobuf:"varint,3,opt,name=progress,proto3" json:"progress,omitempty"` // stream ProgressEvents while prefilling
+	// exact_reuse: keep only KV equal to a cold prefill (no segment reuse
+	// past an early change, no approximate KV kept from an earlier turn).
+	ExactReuse    bool `protobuf:"varint,4,opt,name=exact_reuse,json=exactReuse,proto3" json:"exact_reuse,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2550,6 +2553,13 @@ func (x *EnsurePrefixRequest) GetManifest() *Manifest {
 func (x *EnsurePrefixRequest) GetProgress() bool {
 	if x != nil {
 		return x.Progress
+	}
+	return false
+}
+
+func (x *EnsurePrefixRequest) GetExactReuse() bool {
+	if x != nil {
+		return x.ExactReuse
 	}
 	return false
 }
@@ -2622,7 +2632,8 @@ type PrefillSuffixRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     uint64                 `protobuf:"varint,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	Extra         []*Segment             `protobuf:"bytes,2,rep,name=extra,proto3" json:"extra,omitempty"`
-	Progress      bool                   `protobuf:"varint,3,opt,name=progress,proto3" json:"progress,omitempty"` // stream ProgressEvents while prefilling
+	Progress      bool                   `protobuf:"varint,3,opt,name=progress,proto3" json:"progress,omitempty"`                       // stream ProgressEvents while prefilling
+	ExactReuse    bool                   `protobuf:"varint,4,opt,name=exact_reuse,json=exactReuse,proto3" json:"exact_reuse,omitempty"` // as in EnsurePrefixRequest
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2678,6 +2689,13 @@ func (x *PrefillSuffixRequest) GetProgress() bool {
 	return false
 }
 
+func (x *PrefillSuffixRequest) GetExactReuse() bool {
+	if x != nil {
+		return x.ExactReuse
+	}
+	return false
+}
+
 type PrefixReply struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	PromptTokens    int64                  `protobuf:"varint,1,opt,name=prompt_tokens,json=promptTokens,proto3" json:"prompt_tokens,omitempty"`       // tokens the session now holds for the prompt
@@ -2690,8 +2708,19 @@ type PrefixReply struct {
 	// the tokens it brought back without prefill.
 	ResumedSnapshot string `protobuf:"bytes,7,opt,name=resumed_snapshot,json=resumedSnapshot,proto3" json:"resumed_snapshot,omitempty"`
 	ResumedTokens   int64  `protobuf:"varint,8,opt,name=resumed_tokens,json=resumedTokens,proto3" json:"resumed_tokens,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Of reused_tokens, those whose KV is approximate: moved past an early
+	// change (segment reuse) or kept from an earlier such turn. Exact reuse
+	// is reused_tokens - approximate_tokens.
+	ApproximateTokens int64 `protobuf:"varint,9,opt,name=approximate_tokens,json=approximateTokens,proto3" json:"approximate_tokens,omitempty"`
+	// Of prefilled_tokens, those of unchanged segments prefilled again
+	// (the recompute budget of segment reuse).
+	RecomputedTokens int64  `protobuf:"varint,10,opt,name=recomputed_tokens,json=recomputedTokens,proto3" json:"recomputed_tokens,omitempty"`
+	ReuseChoice      string `protobuf:"bytes,11,opt,name=reuse_choice,json=reuseChoice,proto3" json:"reuse_choice,omitempty"` // what segment reuse decided, when weighed
+	// The recompute budget segment reuse had (tokens): prefilled_tokens is
+	// at most the new tokens plus it (plus one for the last token's logits).
+	RecomputeBudgetTokens int64 `protobuf:"varint,12,opt,name=recompute_budget_tokens,json=recomputeBudgetTokens,proto3" json:"recompute_budget_tokens,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *PrefixReply) Reset() {
@@ -2776,6 +2805,34 @@ func (x *PrefixReply) GetResumedSnapshot() string {
 func (x *PrefixReply) GetResumedTokens() int64 {
 	if x != nil {
 		return x.ResumedTokens
+	}
+	return 0
+}
+
+func (x *PrefixReply) GetApproximateTokens() int64 {
+	if x != nil {
+		return x.ApproximateTokens
+	}
+	return 0
+}
+
+func (x *PrefixReply) GetRecomputedTokens() int64 {
+	if x != nil {
+		return x.RecomputedTokens
+	}
+	return 0
+}
+
+func (x *PrefixReply) GetReuseChoice() string {
+	if x != nil {
+		return x.ReuseChoice
+	}
+	return ""
+}
+
+func (x *PrefixReply) GetRecomputeBudgetTokens() int64 {
+	if x != nil {
+		return x.RecomputeBudgetTokens
 	}
 	return 0
 }
@@ -3333,8 +3390,13 @@ type ExplainReply struct {
 	// it had, and for each scorer that ran its best candidates (best first)
 	// and its cost.
 	LastRetrieval *RetrievalReport `protobuf:"bytes,24,opt,name=last_retrieval,json=lastRetrieval,proto3" json:"last_retrieval,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Segment reuse: the tokens whose KV is approximate (from the first
+	// moved segment past an early change to the end of the stream), and what
+	// the session's last prefix or suffix call reused, how (its reply).
+	ApproximateTokens int64        `protobuf:"varint,25,opt,name=approximate_tokens,json=approximateTokens,proto3" json:"approximate_tokens,omitempty"`
+	LastPrefix        *PrefixReply `protobuf:"bytes,26,opt,name=last_prefix,json=lastPrefix,proto3" json:"last_prefix,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ExplainReply) Reset() {
@@ -3531,6 +3593,20 @@ func (x *ExplainReply) GetHotRanges() []*TokenRange {
 func (x *ExplainReply) GetLastRetrieval() *RetrievalReport {
 	if x != nil {
 		return x.LastRetrieval
+	}
+	return nil
+}
+
+func (x *ExplainReply) GetApproximateTokens() int64 {
+	if x != nil {
+		return x.ApproximateTokens
+	}
+	return 0
+}
+
+func (x *ExplainReply) GetLastPrefix() *PrefixReply {
+	if x != nil {
+		return x.LastPrefix
 	}
 	return nil
 }
@@ -5437,21 +5513,25 @@ const file_ctxd_proto_rawDesc = "" +
 	"\x0econtext_tokens\x18\x02 \x01(\x03R\rcontextTokens\x12\x1d\n" +
 	"\n" +
 	"compat_key\x18\x03 \x01(\tR\tcompatKey\x12,\n" +
-	"\x06prefix\x18\x04 \x01(\v2\x14.ctxd.v1.PrefixReplyR\x06prefix\"\x7f\n" +
+	"\x06prefix\x18\x04 \x01(\v2\x14.ctxd.v1.PrefixReplyR\x06prefix\"\xa0\x01\n" +
 	"\x13EnsurePrefixRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12-\n" +
 	"\bmanifest\x18\x02 \x01(\v2\x11.ctxd.v1.ManifestR\bmanifest\x12\x1a\n" +
-	"\bprogress\x18\x03 \x01(\bR\bprogress\"O\n" +
+	"\bprogress\x18\x03 \x01(\bR\bprogress\x12\x1f\n" +
+	"\vexact_reuse\x18\x04 \x01(\bR\n" +
+	"exactReuse\"O\n" +
 	"\rProgressEvent\x12\x14\n" +
 	"\x05phase\x18\x01 \x01(\tR\x05phase\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\x03R\x04done\x12\x14\n" +
-	"\x05total\x18\x03 \x01(\x03R\x05total\"y\n" +
+	"\x05total\x18\x03 \x01(\x03R\x05total\"\x9a\x01\n" +
 	"\x14PrefillSuffixRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12&\n" +
 	"\x05extra\x18\x02 \x03(\v2\x10.ctxd.v1.SegmentR\x05extra\x12\x1a\n" +
-	"\bprogress\x18\x03 \x01(\bR\bprogress\"\xc3\x02\n" +
+	"\bprogress\x18\x03 \x01(\bR\bprogress\x12\x1f\n" +
+	"\vexact_reuse\x18\x04 \x01(\bR\n" +
+	"exactReuse\"\xfa\x03\n" +
 	"\vPrefixReply\x12#\n" +
 	"\rprompt_tokens\x18\x01 \x01(\x03R\fpromptTokens\x12'\n" +
 	"\x0freusable_tokens\x18\x02 \x01(\x03R\x0ereusableTokens\x12#\n" +
@@ -5461,7 +5541,12 @@ const file_ctxd_proto_rawDesc = "" +
 	"\n" +
 	"elapsed_us\x18\x06 \x01(\x03R\telapsedUs\x12)\n" +
 	"\x10resumed_snapshot\x18\a \x01(\tR\x0fresumedSnapshot\x12%\n" +
-	"\x0eresumed_tokens\x18\b \x01(\x03R\rresumedTokens\"p\n" +
+	"\x0eresumed_tokens\x18\b \x01(\x03R\rresumedTokens\x12-\n" +
+	"\x12approximate_tokens\x18\t \x01(\x03R\x11approximateTokens\x12+\n" +
+	"\x11recomputed_tokens\x18\n" +
+	" \x01(\x03R\x10recomputedTokens\x12!\n" +
+	"\freuse_choice\x18\v \x01(\tR\vreuseChoice\x126\n" +
+	"\x17recompute_budget_tokens\x18\f \x01(\x03R\x15recomputeBudgetTokens\"p\n" +
 	"\x0eSamplingParams\x12 \n" +
 	"\vtemperature\x18\x01 \x01(\x02R\vtemperature\x12\x13\n" +
 	"\x05top_k\x18\x02 \x01(\x05R\x04topK\x12\x13\n" +
@@ -5508,7 +5593,7 @@ const file_ctxd_proto_rawDesc = "" +
 	"firstToken\x12\x16\n" +
 	"\x06tokens\x18\x03 \x01(\x03R\x06tokens\x12\x14\n" +
 	"\x05score\x18\x04 \x01(\x01R\x05score\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xc2\b\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa8\t\n" +
 	"\fExplainReply\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\x04R\tsessionId\x12'\n" +
@@ -5544,7 +5629,10 @@ const file_ctxd_proto_rawDesc = "" +
 	"coldTokens\x122\n" +
 	"\n" +
 	"hot_ranges\x18\x17 \x03(\v2\x13.ctxd.v1.TokenRangeR\thotRanges\x12?\n" +
-	"\x0elast_retrieval\x18\x18 \x01(\v2\x18.ctxd.v1.RetrievalReportR\rlastRetrieval\x1a@\n" +
+	"\x0elast_retrieval\x18\x18 \x01(\v2\x18.ctxd.v1.RetrievalReportR\rlastRetrieval\x12-\n" +
+	"\x12approximate_tokens\x18\x19 \x01(\x03R\x11approximateTokens\x125\n" +
+	"\vlast_prefix\x18\x1a \x01(\v2\x14.ctxd.v1.PrefixReplyR\n" +
+	"lastPrefix\x1a@\n" +
 	"\x12TokensByClassEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xb6\x01\n" +
@@ -5888,20 +5976,21 @@ var file_ctxd_proto_depIdxs = []int32{
 	44, // 64: ctxd.v1.ExplainReply.cold:type_name -> ctxd.v1.ColdStatus
 	42, // 65: ctxd.v1.ExplainReply.hot_ranges:type_name -> ctxd.v1.TokenRange
 	39, // 66: ctxd.v1.ExplainReply.last_retrieval:type_name -> ctxd.v1.RetrievalReport
-	40, // 67: ctxd.v1.RetrievalReport.scorer:type_name -> ctxd.v1.ScorerReport
-	41, // 68: ctxd.v1.ScorerReport.top:type_name -> ctxd.v1.RetrievalCandidate
-	43, // 69: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
-	50, // 70: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
-	44, // 71: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
-	55, // 72: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
-	62, // 73: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
-	63, // 74: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
-	66, // 75: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
-	76, // [76:76] is the sub-list for method output_type
-	76, // [76:76] is the sub-list for method input_type
-	76, // [76:76] is the sub-list for extension type_name
-	76, // [76:76] is the sub-list for extension extendee
-	0,  // [0:76] is the sub-list for field type_name
+	30, // 67: ctxd.v1.ExplainReply.last_prefix:type_name -> ctxd.v1.PrefixReply
+	40, // 68: ctxd.v1.RetrievalReport.scorer:type_name -> ctxd.v1.ScorerReport
+	41, // 69: ctxd.v1.ScorerReport.top:type_name -> ctxd.v1.RetrievalCandidate
+	43, // 70: ctxd.v1.RestoreReply.report:type_name -> ctxd.v1.RestoreReport
+	50, // 71: ctxd.v1.ListSnapshotsReply.snapshots:type_name -> ctxd.v1.SnapshotInfo
+	44, // 72: ctxd.v1.ListSnapshotsReply.cold:type_name -> ctxd.v1.ColdStatus
+	55, // 73: ctxd.v1.VerifyColdReply.problems:type_name -> ctxd.v1.ColdProblem
+	62, // 74: ctxd.v1.MetricsReply.histograms:type_name -> ctxd.v1.TimingHistogram
+	63, // 75: ctxd.v1.MetricsReply.arena_ranges:type_name -> ctxd.v1.ArenaRange
+	66, // 76: ctxd.v1.MetricsReply.values:type_name -> ctxd.v1.MetricsReply.ValuesEntry
+	77, // [77:77] is the sub-list for method output_type
+	77, // [77:77] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_ctxd_proto_init() }

@@ -38,7 +38,7 @@ func (h *hotSet) orphanBlocks() {
 		}
 		o.Blocks = append(o.Blocks, shm.Meta{ID: b.id, Session: h.sessionID, Chain: b.chain, Class: uint8(b.class), Kind: uint8(b.kind),
 			SegID: b.segID, Pos: int32(b.pos0), NTokens: b.n})
-		o.Tokens = append(o.Tokens, h.tape.Tokens[b.vstart:b.vstart+b.n]...)
+		o.Tokens = append(o.Tokens, h.tape.tokens[b.vstart:b.vstart+b.n]...)
 	}
 	t.KeepOrphan(o)
 }
@@ -62,9 +62,9 @@ func (h *hotSet) AdoptOrphan(i, upto int) (int, int, error) {
 		h.blocks = append(h.blocks, b)
 		v += b.n
 	}
-	tape.Tokens = append(tape.Tokens[:0], o.Tokens...)
-	tape.Spans = []Span{{Seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, Start: 0, End: len(o.Tokens)}}
-	h.tailV, h.tailP = len(tape.Tokens), 0
+	tape.tokens = append(tape.tokens[:0], o.Tokens...)
+	tape.spans = []Span{{Seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, Start: 0, End: len(o.Tokens)}}
+	h.tailV, h.tailP = len(tape.tokens), 0
 	// Bring back what must be hot (policy.PlanAdoption decides): sinks
 	// and pinned blocks, then the most recent blocks that fit the recent
 	// window, in stream order.
@@ -95,8 +95,8 @@ func (h *hotSet) AdoptOrphan(i, upto int) (int, int, error) {
 		h.admissions++
 	}
 	h.tailP = pos
-	tape.LogitsAt = -1
-	h.note(fmt.Sprintf("resumed %d tokens (%d blocks) parked in the arena by a closed session or an earlier ctxd", len(tape.Tokens), len(h.blocks)))
+	tape.logitsAt = -1
+	h.note(fmt.Sprintf("resumed %d tokens (%d blocks) parked in the arena by a closed session or an earlier ctxd", len(tape.tokens), len(h.blocks)))
 	n, err := h.Cut(upto)
 	if err != nil {
 		return 0, 0, err

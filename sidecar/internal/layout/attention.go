@@ -134,7 +134,7 @@ func (h *hotSet) probeQueries(ctx context.Context, query []engine.Token, layers 
 	}
 	toks := query[max(0, len(query)-policy.AttentionProbeTokens):]
 	pos0 := h.physEnd()
-	h.tape.LogitsAt = -1
+	h.tape.logitsAt = -1
 	q, err := qc.DecodeCapture(ctx, toks, pos0, min(len(toks), policy.AttentionQueryRows), layers)
 	if err != nil {
 		return q, EngineErr(err)

@@ -13,7 +13,7 @@ import (
 func Check(l Layout, engineUsed int) error {
 	switch x := l.(type) {
 	case *denseLayout:
-		if n := len(x.tape.Tokens); engineUsed != n {
+		if n := len(x.tape.tokens); engineUsed != n {
 			return fmt.Errorf("dense: the engine holds %d tokens, the tape %d", engineUsed, n)
 		}
 		return nil
@@ -39,7 +39,7 @@ func (h *hotSet) check(engineUsed int) error {
 	if v != h.tailV {
 		return fmt.Errorf("blocks cover %d tokens, the tail starts at %d", v, h.tailV)
 	}
-	if n := len(h.tape.Tokens) - h.tailV; n > 0 {
+	if n := len(h.tape.tokens) - h.tailV; n > 0 {
 		rs = append(rs, r{h.tailP, n})
 	}
 	sort.Slice(rs, func(i, j int) bool { return rs[i].start < rs[j].start })

@@ -29,19 +29,23 @@ func (d *denseLayout) Sync(ctx context.Context, target Prompt, needLogits, keepT
 	if len(target.Tokens) > limit {
 		return r, protocol.OverflowError{PromptTokens: int64(len(target.Tokens)), ContextTokens: int64(limit)}
 	}
-	lcp := tape.ReusablePrefix(target.Tokens)
+	lcp := tape.ReusablePrefix(target)
 	r.Reusable = lcp
 	keep := lcp
 	if keep == len(target.Tokens) {
 		if keepTail && !needLogits {
 			r.Reused = keep
+			r.Approximate = keep - tape.ExactTokens(keep)
 			return r, nil
 		}
-		if needLogits && keep > 0 && tape.LogitsAt != keep {
+		if needLogits && keep > 0 && tape.logitsAt != keep {
 			keep-- // recompute the last token for its logits
 		}
+	} else if done, err := d.segmentSync(ctx, target, keep, needLogits, keepTail, &r); done || err != nil {
+		return r, err
 	}
-	if keep < len(tape.Tokens) {
+	r.Approximate = keep - tape.ExactTokens(keep)
+	if keep < len(tape.tokens) {
 		n, err := d.env.Engine.Remove(keep, -1)
 		if err != nil {
 			return r, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
@@ -49,31 +53,34 @@ func (d *denseLayout) Sync(ctx context.Context, target Prompt, needLogits, keepT
 		r.Dropped = n
 		tape.Keep(keep)
 	}
-	if err := d.prefill(ctx, target, keep); err != nil {
+	if err := d.prefill(ctx, target, keep, len(target.Tokens)); err != nil {
 		return r, err
 	}
 	r.Reused = keep
 	r.Prefilled = len(target.Tokens) - keep
 	// Adopt target's spans for the tokens it covers.
-	tape.Spans = target.Spans
+	tape.spans = target.Spans
 	return r, nil
 }
 
-// prefill decodes target.Tokens[from:] in chunks, extending the tape as
+// prefill decodes target.Tokens[from:to] in chunks, extending the tape as
 // each chunk lands so a cancellation keeps what was done.
-func (d *denseLayout) prefill(ctx context.Context, target Prompt, from int) error {
+func (d *denseLayout) prefill(ctx context.Context, target Prompt, from, to int) error {
 	tape, ectx := d.tape, d.env.Engine
+	if from >= to {
+		return nil
+	}
 	chunk := ectx.Options().BatchTokens * 4
 	if d.env.WantsProgress(ctx) {
 		chunk = ectx.Options().BatchTokens
 	}
-	for off, end := from, from; off < len(target.Tokens); off = end {
-		d.env.Progress(ctx, "prefill", off-from, len(target.Tokens)-from)
+	for off, end := from, from; off < to; off = end {
+		d.env.Progress(ctx, "prefill", off-from, to-from)
 		step := chunk
 		if off > from {
 			// Between chunks other sessions' calls get their turns; the
 			// spans say what the tape holds so far.
-			tape.Spans = ClipSpans(target.Spans, len(tape.Tokens))
+			tape.spans = ClipSpans(target.Spans, len(tape.tokens))
 			if err := d.env.Yield(); err != nil {
 				return err
 			}
@@ -81,36 +88,36 @@ func (d *denseLayout) prefill(ctx context.Context, target Prompt, from int) erro
 		if d.env.Contended() {
 			step = ectx.Options().BatchTokens // shorter steps while others wait
 		}
-		end = min(off+step, len(target.Tokens))
+		end = min(off+step, to)
 		if err := ectx.Decode(ctx, target.Tokens[off:end], off); err != nil {
-			tape.LogitsAt = -1
-			tape.Spans = ClipSpans(target.Spans, len(tape.Tokens))
+			tape.logitsAt = -1
+			tape.spans = ClipSpans(target.Spans, len(tape.tokens))
 			return EngineErr(err)
 		}
-		tape.Tokens = append(tape.Tokens, target.Tokens[off:end]...)
-		tape.LogitsAt = len(tape.Tokens)
+		tape.tokens = append(tape.tokens, target.Tokens[off:end]...)
+		tape.logitsAt = len(tape.tokens)
 	}
-	d.env.Progress(ctx, "prefill", len(target.Tokens)-from, len(target.Tokens)-from)
+	d.env.Progress(ctx, "prefill", to-from, to-from)
 	return nil
 }
 
 func (d *denseLayout) AppendTokens(ctx context.Context, toks []engine.Token) error {
 	tape := d.tape
-	if len(tape.Tokens)+len(toks) > d.env.ContextTokens {
-		return protocol.OverflowError{PromptTokens: int64(len(tape.Tokens) + len(toks)), ContextTokens: int64(d.env.ContextTokens)}
+	if len(tape.tokens)+len(toks) > d.env.ContextTokens {
+		return protocol.OverflowError{PromptTokens: int64(len(tape.tokens) + len(toks)), ContextTokens: int64(d.env.ContextTokens)}
 	}
-	if err := d.env.Engine.Decode(ctx, toks, len(tape.Tokens)); err != nil {
-		tape.LogitsAt = -1
+	if err := d.env.Engine.Decode(ctx, toks, len(tape.tokens)); err != nil {
+		tape.logitsAt = -1
 		return EngineErr(err)
 	}
-	tape.Tokens = append(tape.Tokens, toks...)
-	tape.LogitsAt = len(tape.Tokens)
+	tape.tokens = append(tape.tokens, toks...)
+	tape.logitsAt = len(tape.tokens)
 	return nil
 }
 
 func (d *denseLayout) Cut(n int) (int, error) {
-	if n >= len(d.tape.Tokens) {
-		return len(d.tape.Tokens), nil
+	if n >= len(d.tape.tokens) {
+		return len(d.tape.tokens), nil
 	}
 	if _, err := d.env.Engine.Remove(n, -1); err != nil {
 		return 0, EngineErr(err)
@@ -130,7 +137,7 @@ func (d *denseLayout) Clear() error {
 func (d *denseLayout) Reset()       { d.tape.Reset() }
 func (d *denseLayout) Release(bool) {}
 
-func (d *denseLayout) Explain(*pb.ExplainReply) [][2]int { return [][2]int{{0, len(d.tape.Tokens)}} }
+func (d *denseLayout) Explain(*pb.ExplainReply) [][2]int { return [][2]int{{0, len(d.tape.tokens)}} }
 
 func (d *denseLayout) OrphanPrefixes([]engine.Token) []int { return nil }
 

@@ -37,10 +37,15 @@
 //   - Nothing here imports the daemon (package sidecar): what a layout
 //     needs of it comes in an Env.
 //
-// Files: layout.go (Layout, Env), tape.go (Tape, spans, prompts),
-// dense.go, hotset.go (residency, sealing, eviction, compaction,
-// admission), retrieval.go (retrieval reports for explain), attention.go
-// (the attention scorer: key summaries, the query probe, fusion), adopt.go
+// Files: layout.go (Layout, Env), tape.go (Tape: private to the layout,
+// with the few methods the daemon needs; spans, prompts), dense.go,
+// segreuse.go (a dense session's reuse past an early change: unchanged
+// segments' KV moved into place), hotset.go (the hot set: Sync, Cut,
+// lifecycle), hotblock.go (a block and its residency), hotconfig.go,
+// hotseal.go (streaming in: sealing, parking, spilling), hotevict.go
+// (eviction and compaction), hotplan.go (a turn's retrieval carried out),
+// retrieval.go (retrieval reports for explain), attention.go (the
+// attention scorer: key summaries, the query probe, fusion), adopt.go
 // (orphan tapes kept and adopted), capture.go and restore.go (snapshots),
 // explain.go, check.go (the invariants).
 package layout

@@ -28,9 +28,9 @@ func (h *hotSet) Explain(rep *pb.ExplainReply) [][2]int {
 			rep.LostBlocks++
 		}
 	}
-	tail := len(tape.Tokens) - h.tailV
+	tail := len(tape.tokens) - h.tailV
 	rep.HotTokens += int64(tail)
-	ranges = append(ranges, [2]int{h.tailV, len(tape.Tokens)})
+	ranges = append(ranges, [2]int{h.tailV, len(tape.tokens)})
 	if p := h.plan; p != nil {
 		rep.ProtectedTokens, rep.RetrievedTokens = int64(p.ProtectedTokens), int64(p.RetrievedTokens)
 	}

@@ -210,7 +210,7 @@ func TestHotSetCutRoundsDownToABlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	x.check(t)
-	if kept > 500 || (kept-4)%64 != 0 || len(x.tape.Tokens) != kept {
-		t.Fatalf("cut at 500 kept %d tokens (tape %d): want a block boundary at or below 500", kept, len(x.tape.Tokens))
+	if kept > 500 || (kept-4)%64 != 0 || len(x.tape.tokens) != kept {
+		t.Fatalf("cut at 500 kept %d tokens (tape %d): want a block boundary at or below 500", kept, len(x.tape.tokens))
 	}
 }

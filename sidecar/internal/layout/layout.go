@@ -93,6 +93,17 @@ type Env struct {
 	// caller asked for it.
 	Progress      func(ctx context.Context, phase string, done, total int)
 	WantsProgress func(ctx context.Context) bool
+	// Reuse is how a dense session may reuse KV past an early change
+	// (segreuse.go); nil: never.
+	Reuse func() ReuseSettings
+}
+
+// ReuseSettings are the daemon's segment-reuse mode and the measured
+// figures policy.PlanSegmentReuse weighs.
+type ReuseSettings struct {
+	Mode           policy.ReuseMode
+	Cost           policy.PrefillCost
+	LatencySeconds float64
 }
 
 // Counters count what hot sets do (the daemon's metrics).

@@ -33,14 +33,36 @@ func TestResidencyTransitions(t *testing.T) {
 
 func TestTapeKeepClipsSpansAndExpiry(t *testing.T) {
 	tp := NewTape()
-	tp.Tokens = []int32{1, 2, 3, 4, 5, 6}
-	tp.Spans = []Span{{Start: 0, End: 3}, {Start: 3, End: 6}}
-	tp.ExpireFrom, tp.LogitsAt = 4, 6
-	if n := tp.ReusablePrefix([]int32{1, 2, 3, 4, 5, 6, 7}); n != 4 {
+	tp.tokens = []int32{1, 2, 3, 4, 5, 6}
+	tp.spans = []Span{{Start: 0, End: 3}, {Start: 3, End: 6}}
+	tp.expireFrom, tp.logitsAt = 4, 6
+	if n := tp.ReusablePrefix(Prompt{Tokens: []int32{1, 2, 3, 4, 5, 6, 7}}); n != 4 {
 		t.Fatalf("reusable prefix %d, want 4 (stops at the expired segment)", n)
 	}
 	tp.Keep(4)
-	if len(tp.Tokens) != 4 || len(tp.Spans) != 2 || tp.Spans[1].End != 4 || tp.ExpireFrom != -1 || tp.LogitsAt != -1 {
+	if len(tp.tokens) != 4 || len(tp.spans) != 2 || tp.spans[1].End != 4 || tp.expireFrom != -1 || tp.logitsAt != -1 {
 		t.Fatalf("after Keep(4): %+v", tp)
+	}
+}
+
+func TestTapeApproxFrom(t *testing.T) {
+	tp := NewTape()
+	tp.tokens = []int32{1, 2, 3, 4, 5, 6}
+	tp.markApprox(4)
+	tp.markApprox(5) // the earliest wins
+	if tp.ApproxFrom() != 4 || tp.ExactTokens(6) != 4 || tp.ExactTokens(3) != 3 {
+		t.Fatalf("approx from %d, exact %d", tp.ApproxFrom(), tp.ExactTokens(6))
+	}
+	target := Prompt{Tokens: []int32{1, 2, 3, 4, 5, 6, 7}}
+	if n := tp.ReusablePrefix(target); n != 6 {
+		t.Fatalf("reusable %d, want 6", n)
+	}
+	target.Exact = true
+	if n := tp.ReusablePrefix(target); n != 4 {
+		t.Fatalf("exact reusable %d, want 4 (stops at the approximate KV)", n)
+	}
+	tp.Keep(4)
+	if tp.ApproxFrom() != -1 {
+		t.Fatalf("approx from %d after Keep(4)", tp.ApproxFrom())
 	}
 }

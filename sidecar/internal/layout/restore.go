@@ -64,7 +64,7 @@ func (d *denseLayout) Restore(ctx context.Context, r Restore, upto int) error {
 			rep.Choice = fmt.Sprintf("block %d unusable (%v): recomputed from token %d", i, fb.Err, pos)
 			break
 		}
-		tape.Tokens = append(tape.Tokens, saved[pos:pos+n]...)
+		tape.tokens = append(tape.tokens, saved[pos:pos+n]...)
 		pos += n
 		rep.RestoredBlocks++
 		rep.RestoredTokens += int64(n)
@@ -72,13 +72,16 @@ func (d *denseLayout) Restore(ctx context.Context, r Restore, upto int) error {
 	cancel()
 	if pos < upto {
 		target := Prompt{Tokens: saved[:upto], Spans: ClipSpans(r.Spans, upto)}
-		if err := d.prefill(ctx, target, pos); err != nil {
+		if err := d.prefill(ctx, target, pos, upto); err != nil {
 			return err
 		}
 		rep.RecomputedTokens = int64(upto - pos)
 		rep.RecomputedBlocks = int64((upto - pos + snapshot.DenseBlockTokens - 1) / snapshot.DenseBlockTokens)
 	}
-	tape.Spans = ClipSpans(r.Spans, len(tape.Tokens))
+	if a := r.Meta.ApproxFrom; a != nil && *a < pos {
+		tape.markApprox(*a) // read back as saved: approximate from there on
+	}
+	tape.spans = ClipSpans(r.Spans, len(tape.tokens))
 	return nil
 }
 
@@ -174,8 +177,11 @@ func (h *hotSet) Restore(ctx context.Context, r Restore, _ int) error {
 			return err
 		}
 	}
-	tape.Tokens = append(tape.Tokens[:0], saved...)
-	tape.Spans = ClipSpans(r.Spans, len(saved))
+	tape.tokens = append(tape.tokens[:0], saved...)
+	tape.spans = ClipSpans(r.Spans, len(saved))
+	if a := r.Meta.ApproxFrom; a != nil && *a < len(saved) {
+		tape.markApprox(*a)
+	}
 	h.tailV, h.tailP = sh.TailV, sh.TailP
 	return nil
 }

@@ -32,6 +32,9 @@ type Meta struct {
 	Tape     []byte `json:"tape"` // int32 little-endian
 	Spans    []Span `json:"spans"`
 	Hot      *Hot   `json:"hot,omitempty"`
+	// ApproxFrom is the first tape index whose KV is approximate (segment
+	// reuse past an early change); nil: all exact.
+	ApproxFrom *int `json:"approx_from,omitempty"`
 }
 
 // Span is a run of tape tokens and the segment that produced it.

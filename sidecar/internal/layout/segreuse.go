@@ -1,0 +1,156 @@
+package layout
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
+)
+
+// Segment reuse past an early change (dense sessions). When a prompt
+// differs from the tape at an early token, the tape's later segments whose
+// tokens equal segments of the prompt keep their KV: it is moved to the new
+// positions (a RoPE shift, so it is approximate: it was computed after a
+// different prefix) and only the rest is prefilled. policy.MatchSegments
+// finds the runs, policy.PlanSegmentReuse decides which are moved and how
+// much of each is recomputed; this file carries the plan out.
+//
+// The engine decodes only right after the last position a sequence holds
+// (llama.cpp keeps a sequence's positions consecutive), so the moved runs
+// are taken out as bytes first, everything past the kept prefix removed,
+// and then, in position order, each gap is prefilled and the next run put
+// back at its new position (InsertRange shifts it). After every step the
+// tape is the prompt's first tokens and the KV equals it, so a failure or a
+// cancellation leaves a shorter, consistent tape.
+
+// spanRanges are spans as policy's ranges.
+func spanRanges(spans []Span) []policy.SpanRange {
+	out := make([]policy.SpanRange, len(spans))
+	for i, sp := range spans {
+		out[i] = policy.SpanRange{Start: sp.Start, End: sp.End}
+	}
+	return out
+}
+
+// withTail is target followed by the tape's tokens from from on (what the
+// session held after the run that ends target: the earlier conversation),
+// their spans shifted with them: an ensure-prefix call (keepTail) keeps
+// what followed its prefix, moved behind the new one, as it keeps a tape
+// that extends the prefix. tail is the run that moves it.
+func (t *Tape) withTail(target Prompt, from int) (Prompt, policy.ReuseRun) {
+	out := Prompt{Tokens: append(append([]engine.Token(nil), target.Tokens...), t.tokens[from:]...), Turn: target.Turn, Exact: target.Exact}
+	out.Spans = append(make([]Span, 0, len(target.Spans)+len(t.spans)), target.Spans...)
+	delta := len(target.Tokens) - from
+	for _, sp := range t.spans {
+		if sp.Start >= from {
+			sp.Start += delta
+			sp.End += delta
+			out.Spans = append(out.Spans, sp)
+		}
+	}
+	return out, policy.ReuseRun{Src: from, Dst: len(target.Tokens), Len: len(t.tokens) - from}
+}
+
+// segmentReuse is a plan to carry out: the prompt to synchronise to
+// (target, or target followed by what the session held after it) and
+// which held runs move where.
+type segmentReuse struct {
+	full Prompt
+	plan policy.SegmentReusePlan
+}
+
+// planReuse matches target's segments past kept (where it first differs
+// from the tape) with the tape's and asks policy what to move. ok is false
+// when nothing is moved: the caller prefills past kept as usual.
+func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits, keepTail bool, r *SyncResult) (segmentReuse, bool, error) {
+	if env.Reuse == nil || kept >= len(tape.tokens) {
+		return segmentReuse{}, false, nil
+	}
+	set := env.Reuse()
+	mode := set.Mode
+	if target.Exact {
+		mode = policy.ReuseExact
+	}
+	full := target
+	runs := policy.MatchSegments(tape.tokens, spanRanges(tape.spans), target.Tokens, spanRanges(target.Spans), kept)
+	if n := len(runs); keepTail && n > 0 && runs[n-1].Dst+runs[n-1].Len == len(target.Tokens) && runs[n-1].Src+runs[n-1].Len < len(tape.tokens) {
+		// The prompt ends with a moved run: what followed it stays after it.
+		var tail policy.ReuseRun
+		full, tail = tape.withTail(target, runs[n-1].Src+runs[n-1].Len)
+		runs = append(runs, tail)
+	}
+	if len(runs) == 0 || len(full.Tokens) > limit {
+		return segmentReuse{}, false, nil
+	}
+	plan, err := policy.PlanSegmentReuse(policy.SegmentReuseInput{
+		Mode: mode, Kept: kept, PromptTokens: len(full.Tokens), Runs: runs, NeedLogits: needLogits,
+		Cost: set.Cost, LatencySeconds: set.LatencySeconds,
+	})
+	if err != nil {
+		return segmentReuse{}, false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
+	}
+	r.ReuseChoice, r.Budget = plan.Choice, plan.BudgetTokens
+	return segmentReuse{full: full, plan: plan}, len(plan.Runs) > 0, nil
+}
+
+// countReuse fills r after a segment-reuse sync that kept the first kept
+// tokens (approxKept of them approximate) and moved the runs in moved,
+// counting within target only: a moved tail is the next call's prefix.
+func countReuse(r *SyncResult, tape *Tape, target Prompt, sr segmentReuse, kept, approxKept int, moved []policy.ReuseRun) {
+	lim := min(len(tape.tokens), len(target.Tokens))
+	in := 0
+	for _, run := range moved {
+		in += max(0, min(run.Dst+run.Len, lim)-run.Dst)
+	}
+	r.Reused, r.Approximate = kept+in, approxKept+in
+	r.Prefilled = lim - r.Reused
+	r.Recomputed = min(sr.plan.Recomputed, r.Prefilled)
+	tape.spans = ClipSpans(sr.full.Spans, len(tape.tokens))
+}
+
+// segmentSync tries segment reuse for target, which differs from the tape
+// at kept. done reports that it synchronised the tape (r filled); false
+// with a nil error: the caller prefills past kept as usual.
+func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail bool, r *SyncResult) (bool, error) {
+	tape := d.tape
+	sr, ok, err := planReuse(d.env, tape, target, kept, d.env.ContextTokens, needLogits, keepTail, r)
+	if !ok || err != nil {
+		return false, err
+	}
+	full, plan := sr.full, sr.plan
+	// Take the moved runs out before anything is removed.
+	ranges := make([]engine.Range, len(plan.Runs))
+	for i, run := range plan.Runs {
+		if ranges[i], err = d.env.Engine.ExtractRange(run.Src, run.Src+run.Len); err != nil {
+			return true, EngineErr(err)
+		}
+	}
+	approxKept := kept - tape.ExactTokens(kept)
+	n, err := d.env.Engine.Remove(kept, -1)
+	if err != nil {
+		return true, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
+	}
+	r.Dropped = n
+	tape.Keep(kept)
+	moved := 0 // runs in place
+	defer func() { countReuse(r, tape, target, sr, kept, approxKept, plan.Runs[:moved]) }()
+	for i, run := range plan.Runs {
+		if err := d.prefill(ctx, full, len(tape.tokens), run.Dst); err != nil {
+			return true, err
+		}
+		if err := d.env.Engine.InsertRange(ranges[i], run.Dst); err != nil {
+			return true, EngineErr(err)
+		}
+		ranges[i] = engine.Range{} // let its bytes go
+		tape.markApprox(run.Dst)
+		tape.tokens = append(tape.tokens, full.Tokens[run.Dst:run.Dst+run.Len]...)
+		tape.logitsAt = -1
+		moved++
+	}
+	if err := d.prefill(ctx, full, len(tape.tokens), len(full.Tokens)); err != nil {
+		return true, err
+	}
+	return true, nil
+}
