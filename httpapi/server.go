@@ -14,14 +14,13 @@ import (
 	"time"
 
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
-	"github.com/ctxd/ctxd/sidecar"
 )
 
 // Backend is the daemon as the door drives it: the same Handle the
 // Unix-socket connections call, and a connection id of the door's own.
 // *sidecar.Server implements it.
 type Backend interface {
-	Handle(ctx context.Context, connID uint64, req *pb.Request, emit sidecar.Emitter) *pb.Response
+	Handle(ctx context.Context, connID uint64, req *pb.Request, emit func(*pb.StreamEvent) error) *pb.Response
 	NewConnID() uint64
 }
 

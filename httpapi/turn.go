@@ -20,8 +20,9 @@ type decodeParams struct {
 
 // turnHooks connect a turn to the response being written.
 type turnHooks struct {
-	progress func()             // the prefill moved on (about every 100 ms)
-	text     func(string) error // generated text that is safe to show; an error cancels the decode
+	prefilled func(turnResult)   // the prompt is in the KV: its part of the result is known
+	progress  func()             // the prefill moved on (about every 100 ms)
+	text      func(string) error // generated text that is safe to show; an error cancels the decode
 }
 
 // turnResult is what one turn did, for usage and timings.
@@ -80,6 +81,9 @@ func (s *Server) runTurn(ctx context.Context, ls *liveSession, mi *modelInfo, m 
 	r.cachedTokens = int(ep.GetReusedTokens() + ps.GetReusedTokens())
 	r.prefilledTokens = int(ep.GetPrefilledTokens() + ps.GetPrefilledTokens())
 	r.resumed = ep.GetResumedSnapshot()
+	if h.prefilled != nil {
+		h.prefilled(r)
+	}
 
 	room := ls.contextTokens - r.promptTokens
 	r.requestedMax = p.maxTokens
