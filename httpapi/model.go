@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,15 +28,6 @@ type modelInfo struct {
 	weightsBytes   int64
 	modified       time.Time
 	tmpl           *chat.Template
-}
-
-// matches reports whether a request's model field names this model: the
-// id, the GGUF file's name or stem, each optionally with Ollama's ":latest";
-// an empty field means the loaded model.
-func (m *modelInfo) matches(name string) bool {
-	name = strings.TrimSuffix(name, ":latest")
-	base := filepath.Base(m.path)
-	return name == "" || name == m.id || name == base || name == strings.TrimSuffix(base, filepath.Ext(base))
 }
 
 // modelCache asks the daemon once which model is loaded and reads its chat
@@ -136,15 +126,17 @@ func templateInfo(f *gguf.File) chat.ModelInfo {
 	return info
 }
 
-// model resolves a request's model field.
+// model resolves a request's model field. ctxd serves one model, and
+// serves it whatever name a request gives (agents send names of their
+// own: Claude Code's side requests name a small model, Codex its default),
+// as llama-server does; every answer reports the served model's id.
 func (s *Server) model(ctx context.Context, name string) (*modelInfo, error) {
 	m, err := s.models.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if !m.matches(name) {
-		return nil, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found",
-			message: fmt.Sprintf("model %q not found: ctxd serves %q (GET /v1/models)", name, m.id), cause: ErrUnknownModel}
+	if name != "" && name != m.id {
+		s.log.Debug("request names another model; serving the loaded one", "asked", name, "served", m.id)
 	}
 	return m, nil
 }

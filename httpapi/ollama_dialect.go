@@ -16,7 +16,7 @@ type ollamaDialect struct {
 }
 
 func (d *ollamaDialect) writeError(w http.ResponseWriter, err error) { writeError(w, true, err) }
-func (d *ollamaDialect) format() streamFormat                      { return streamFormat{} }
+func (d *ollamaDialect) format() streamFormat                        { return streamFormat{} }
 
 func (d *ollamaDialect) event(text string, calls []chat.ToolCall, done bool) map[string]any {
 	ev := map[string]any{"model": d.model, "created_at": time.Now().UTC().Format(time.RFC3339Nano), "done": done}

@@ -28,7 +28,7 @@ func newOpenAIDialect(t *chatTurn, includeUsage bool) *openaiDialect {
 }
 
 func (d *openaiDialect) writeError(w http.ResponseWriter, err error) { writeError(w, false, err) }
-func (d *openaiDialect) format() streamFormat                      { return streamFormat{sse: true} }
+func (d *openaiDialect) format() streamFormat                        { return streamFormat{sse: true} }
 
 func (d *openaiDialect) chunk(delta oaiDelta, finish *string) any {
 	if !d.chat {

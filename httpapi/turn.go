@@ -36,6 +36,7 @@ type turnResult struct {
 	decodeDur       time.Duration
 	reason          pb.StopReason
 	text            string // generated, cut before any stop string
+	stopString      string // the stop string that ended it (reason STOP_STRING)
 	requestedMax    int
 	grantedMax      int
 	clamped         bool
@@ -106,10 +107,10 @@ func (s *Server) runTurn(ctx context.Context, ls *liveSession, mi *modelInfo, m 
 	var textErr error
 	emit := func(ev *pb.StreamEvent) error {
 		tok := ev.GetToken()
-		if tok == nil || h.text == nil {
+		if tok == nil {
 			return nil
 		}
-		if t := filter.push(tok.GetPiece()); t != "" {
+		if t := filter.push(tok.GetPiece()); t != "" && h.text != nil {
 			if err := h.text(t); err != nil {
 				textErr = err
 				return err
@@ -119,13 +120,16 @@ func (s *Server) runTurn(ctx context.Context, ls *liveSession, mi *modelInfo, m 
 	}
 	dstart := time.Now()
 	resp, err = s.call(ctx, &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{
-		SessionId: ls.id, MaxTokens: int32(min(r.grantedMax, 1<<20)), Sampling: p.sampling, Stop: stops, NoStream: h.text == nil}}}, emit)
+		SessionId: ls.id, MaxTokens: int32(min(r.grantedMax, 1<<20)), Sampling: p.sampling, Stop: stops}}}, emit)
 	r.decodeDur = time.Since(dstart)
 	if err != nil {
 		return r, s.turnError(ctx, ls, err)
 	}
 	d := resp.GetDecode()
 	r.decodedTokens, r.reason, r.text = int(d.GetTokens()), d.GetReason(), d.GetText()
+	if r.reason == pb.StopReason_STOP_REASON_STOP_STRING {
+		r.stopString = filter.matched
+	}
 	if textErr != nil || r.reason == pb.StopReason_STOP_REASON_CANCELLED {
 		return r, fmt.Errorf("%w: the client went away during decode", protocol.ErrCancelled)
 	}
