@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -103,3 +104,11 @@ func (f *scripted) CountTokens(_ context.Context, m policy.Manifest) (int, error
 func (noBackend) CountTokens(context.Context, policy.Manifest) (int, error) {
 	return 0, protocol.ErrNoModel
 }
+
+// ModelFacts are stories260K's: no chat template (the fallback, with
+// Hermes tool calls).
+func (f *scripted) ModelFacts() (engine.Facts, bool) {
+	return engine.Facts{Path: f.model, Architecture: "llama", BOSText: "<s>", EOSText: "</s>"}, true
+}
+
+func (noBackend) ModelFacts() (engine.Facts, bool) { return engine.Facts{}, false }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -72,6 +73,10 @@ func (o *turnOut) result() (turnResult, bool) {
 // serveTurn runs a prepared turn and answers it in d's shape.
 func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, t *chatTurn, d dialect, stream bool) {
 	ctx := r.Context()
+	if err := capMaxTokens(r.Header, &t.params); err != nil {
+		d.writeError(w, err)
+		return
+	}
 	var parser chat.ToolParser = passText{}
 	if t.chat {
 		parser = t.model.tmpl.NewToolParser(t.tools)
@@ -171,6 +176,26 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, t *chatTurn, 
 	if res.clamped {
 		w.Header().Set(clampHeader, clampValue(res))
 	}
+}
+
+// maxTokensHeader caps the reply of a request that carries it, whatever
+// its body asks: agents with no setting of their own for the reply's
+// length (Codex) can cap it with a header from their provider settings.
+const maxTokensHeader = "X-Ctxd-Max-Tokens"
+
+func capMaxTokens(h http.Header, p *decodeParams) error {
+	v := h.Get(maxTokensHeader)
+	if v == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 {
+		return badRequest("header %s: %q is not a positive number of tokens", maxTokensHeader, v)
+	}
+	if p.maxTokens <= 0 || n < p.maxTokens {
+		p.maxTokens = n
+	}
+	return nil
 }
 
 // passText is the parser of raw completions: all text is text.

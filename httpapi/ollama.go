@@ -210,13 +210,14 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	tag := s.ollamaTag(mi)
 	writeJSON(w, map[string]any{
 		"modelfile":  fmt.Sprintf("FROM %s\n", mi.path),
-		"parameters": fmt.Sprintf("num_ctx %d", mi.sessionTokens),
+		"parameters": fmt.Sprintf("num_ctx %d", mi.contextLength()),
 		"template":   mi.tmpl.Name(),
 		"details":    tag["details"],
 		"model_info": map[string]any{
 			"general.architecture":   arch,
-			arch + ".context_length": mi.trainedContext,
+			arch + ".context_length": mi.contextLength(),
 			"ctxd.session_tokens":    mi.sessionTokens,
+			"ctxd.trained_context":   mi.trainedContext,
 			"ctxd.hot_set":           mi.hot,
 		},
 		"capabilities": []string{"completion", "tools"},
@@ -224,8 +225,14 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// OllamaAPIVersion is the Ollama version whose API ctxd implements, as
+// /api/version reports it: clients gate features on it (Codex's --oss
+// needs 0.13.4 or newer for /v1/responses). ctxd's own version is reported
+// beside it as ctxd_version.
+const OllamaAPIVersion = "0.13.4"
+
 func (s *Server) ollamaVersion(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, map[string]any{"version": s.cfg.Version})
+	writeJSON(w, map[string]any{"version": OllamaAPIVersion, "ctxd_version": s.cfg.Version})
 }
 
 func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
@@ -237,7 +244,7 @@ func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
 	tag := s.ollamaTag(mi)
 	tag["expires_at"] = time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339Nano)
 	tag["size_vram"] = 0
-	tag["context_length"] = mi.sessionTokens
+	tag["context_length"] = mi.contextLength()
 	var sessions []any
 	for _, ls := range s.table.snapshot() {
 		sessions = append(sessions, map[string]any{"session": ls.id, "key": ls.key, "busy": ls.users > 0, "last_used": ls.lastUsed.UTC().Format(time.RFC3339Nano)})

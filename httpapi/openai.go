@@ -447,7 +447,7 @@ func (s *Server) openaiModel(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) oaiModel(mi *modelInfo) map[string]any {
 	return map[string]any{"id": mi.id, "object": "model", "created": mi.modified.Unix(), "owned_by": "ctxd",
-		"context_length": mi.sessionTokens, "max_model_len": mi.sessionTokens,
+		"context_length": mi.contextLength(), "max_model_len": mi.contextLength(),
 		"meta": map[string]any{"n_ctx_train": mi.trainedContext, "session_tokens": mi.sessionTokens, "hot_set": mi.hot,
 			"template": mi.tmpl.Name(), "digest": mi.digest, "size": mi.weightsBytes}}
 }

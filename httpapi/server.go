@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
@@ -26,6 +27,9 @@ type Backend interface {
 	// CountTokens is the number of tokens m's prompt takes with the loaded
 	// model (BOS included), with nothing prefilled.
 	CountTokens(ctx context.Context, m policy.Manifest) (int, error)
+	// ModelFacts are the engine's facts of the loaded model (its chat
+	// template among them); false when none is loaded.
+	ModelFacts() (engine.Facts, bool)
 }
 
 // Server serves the HTTP APIs in front of one Backend.
