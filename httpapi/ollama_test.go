@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,6 +118,22 @@ func TestContextLengthAgrees(t *testing.T) {
 	_, b = d.get("/v1/models/claude-haiku-4-5")
 	if m := decodeJSON(t, b); m["context_length"] != n || m["id"] != "stories260K" {
 		t.Errorf("/v1/models/ANY: %s", b)
+	}
+	req, _ := http.NewRequest("GET", d.base+"/v1/models", nil)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var list struct {
+			Data []struct {
+				ID             string  `json:"id"`
+				MaxInputTokens float64 `json:"max_input_tokens"`
+			} `json:"data"`
+		}
+		json.Unmarshal(b, &list)
+		if len(list.Data) != 1 || list.Data[0].MaxInputTokens != n {
+			t.Errorf("Anthropic's /v1/models: %s", b)
+		}
 	}
 	_, _, b = d.post("/api/show", `{"model": "gpt-oss:20b"}`)
 	var show struct {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/ctxd/ctxd/internal/chat"
 	"github.com/ctxd/ctxd/policy"
@@ -433,6 +434,11 @@ func (s *Server) openaiModels(w http.ResponseWriter, r *http.Request) {
 		writeError(w, false, err)
 		return
 	}
+	if r.Header.Get("Anthropic-Version") != "" { // an Anthropic client lists models
+		m := antModel(mi)
+		writeJSON(w, map[string]any{"data": []any{m}, "has_more": false, "first_id": mi.id, "last_id": mi.id})
+		return
+	}
 	writeJSON(w, map[string]any{"object": "list", "data": []any{s.oaiModel(mi)}})
 }
 
@@ -442,7 +448,17 @@ func (s *Server) openaiModel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, false, err)
 		return
 	}
+	if r.Header.Get("Anthropic-Version") != "" {
+		writeJSON(w, antModel(mi))
+		return
+	}
 	writeJSON(w, s.oaiModel(mi))
+}
+
+// antModel is the model in Anthropic's shape, with its context length.
+func antModel(mi *modelInfo) map[string]any {
+	return map[string]any{"type": "model", "id": mi.id, "display_name": mi.id, "created_at": mi.modified.UTC().Format(time.RFC3339),
+		"max_input_tokens": mi.contextLength(), "max_tokens": mi.trainedContext}
 }
 
 func (s *Server) oaiModel(mi *modelInfo) map[string]any {
