@@ -44,6 +44,13 @@ type Facts struct {
 	Embd           int
 	Heads          int
 	Placement      Placement // where the weights went
+	// What a chat adapter needs to render conversations for the model:
+	// the file's chat template (tokenizer.chat_template; "" when it has
+	// none), its architecture (general.architecture), and the texts of its
+	// BOS and EOS tokens.
+	ChatTemplate     string
+	Architecture     string
+	BOSText, EOSText string
 }
 
 // KVBytesPerToken is the KV cache cost of one token at kv.

@@ -26,7 +26,7 @@ type Config struct {
 	// prompt is prefilled (default 5 s; clients give up after 10 s or more
 	// of no parsed chunk in the worst case we know of).
 	KeepAlive time.Duration
-	// Version is what /api/version reports.
+	// Version is ctxd's version (/api/version's ctxd_version).
 	Version string
 	Logger  *slog.Logger
 }

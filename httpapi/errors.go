@@ -11,7 +11,6 @@ import (
 // Sentinel errors of the HTTP door, usable with errors.Is.
 var (
 	ErrBadRequest   = errors.New("bad request")
-	ErrUnknownModel = errors.New("unknown model")
 	ErrForbidden    = errors.New("forbidden")
 	ErrUnauthorized = errors.New("unauthorized")
 	ErrNotFound     = errors.New("not found")

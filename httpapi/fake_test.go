@@ -6,6 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -87,3 +90,25 @@ func (noBackend) NewConnID() uint64 { return 1 }
 func (noBackend) Handle(context.Context, uint64, *pb.Request, sidecar.Emitter) *pb.Response {
 	return &pb.Response{Error: &pb.Error{Code: pb.ErrorCode_ERROR_CODE_NO_MODEL}}
 }
+
+// CountTokens counts a token per 4 bytes of text, as no tokenizer is
+// scripted.
+func (f *scripted) CountTokens(_ context.Context, m policy.Manifest) (int, error) {
+	n := 0
+	for _, s := range m.Segments {
+		n += (len(s.Text) + 3) / 4
+	}
+	return n, nil
+}
+
+func (noBackend) CountTokens(context.Context, policy.Manifest) (int, error) {
+	return 0, protocol.ErrNoModel
+}
+
+// ModelFacts are stories260K's: no chat template (the fallback, with
+// Hermes tool calls).
+func (f *scripted) ModelFacts() (engine.Facts, bool) {
+	return engine.Facts{Path: f.model, Architecture: "llama", BOSText: "<s>", EOSText: "</s>"}, true
+}
+
+func (noBackend) ModelFacts() (engine.Facts, bool) { return engine.Facts{}, false }

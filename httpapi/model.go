@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/internal/chat"
-	"github.com/ctxd/ctxd/internal/gguf"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
@@ -24,24 +22,21 @@ type modelInfo struct {
 	description    string
 	arch           string
 	trainedContext int
-	sessionTokens  int  // a session's limit (hot set + arena, or the dense context)
+	sessionTokens  int  // a session's limit (hot set + arena, or the dense context): contextLength
 	hot            bool // sessions run through a hot set
 	weightsBytes   int64
 	modified       time.Time
 	tmpl           *chat.Template
 }
 
-// matches reports whether a request's model field names this model: the
-// id, the GGUF file's name or stem, each optionally with Ollama's ":latest";
-// an empty field means the loaded model.
-func (m *modelInfo) matches(name string) bool {
-	name = strings.TrimSuffix(name, ":latest")
-	base := filepath.Base(m.path)
-	return name == "" || name == m.id || name == base || name == strings.TrimSuffix(base, filepath.Ext(base))
-}
+// contextLength is the one context length every endpoint reports (models,
+// show, ps, Anthropic's model info): the prompt a client may really send
+// in one session, so agents compact only when ctxd would have to refuse.
+// The model's trained window is reported beside it, never instead of it.
+func (m *modelInfo) contextLength() int { return m.sessionTokens }
 
-// modelCache asks the daemon once which model is loaded and reads its chat
-// template from the GGUF file; a call that finds no model forgets it.
+// modelCache asks the daemon once which model is loaded and makes its
+// chat template; a call that finds no model forgets it.
 type modelCache struct {
 	srv *Server
 	mu  sync.Mutex
@@ -76,7 +71,8 @@ func (c *modelCache) forget() {
 	c.mu.Unlock()
 }
 
-// describe builds the model's info from a Status reply and its GGUF file.
+// describe builds the model's info from a Status reply and the engine's
+// facts of the model.
 func (s *Server) describe(st *pb.StatusReply) (*modelInfo, error) {
 	mi, capa := st.GetModel(), st.GetCapacity()
 	m := &modelInfo{
@@ -95,12 +91,12 @@ func (s *Server) describe(st *pb.StatusReply) (*modelInfo, error) {
 	if fi, err := os.Stat(m.path); err == nil {
 		m.modified = fi.ModTime()
 	}
-	info := chat.ModelInfo{}
-	if f, err := gguf.Open(m.path); err != nil {
-		s.log.Warn("reading the model's chat template; using the fallback template", "path", m.path, "err", err)
-	} else {
-		info = templateInfo(f)
-		m.arch = info.Architecture
+	// The chat template comes from the engine's facts of the model (the
+	// daemon read it with the model); the door never opens the file.
+	var info chat.ModelInfo
+	if f, ok := s.backend.ModelFacts(); ok {
+		info = chat.ModelInfo{ChatTemplate: f.ChatTemplate, Architecture: f.Architecture, BOS: f.BOSText, EOS: f.EOSText}
+		m.arch = f.Architecture
 	}
 	t, err := chat.NewTemplate(info)
 	if err != nil && info.ChatTemplate != "" {
@@ -116,35 +112,17 @@ func (s *Server) describe(st *pb.StatusReply) (*modelInfo, error) {
 	return m, nil
 }
 
-// templateInfo reads what chat.NewTemplate needs from GGUF metadata.
-func templateInfo(f *gguf.File) chat.ModelInfo {
-	var info chat.ModelInfo
-	info.ChatTemplate, _ = f.String("tokenizer.chat_template")
-	info.Architecture, _ = f.String("general.architecture")
-	v, _ := f.Get("tokenizer.ggml.tokens")
-	if arr, ok := v.(gguf.Array); ok {
-		if toks, ok := arr.Strings(); ok {
-			tok := func(key string) string {
-				if id, ok := f.Uint(key); ok && id < uint64(len(toks)) {
-					return toks[id]
-				}
-				return ""
-			}
-			info.BOS, info.EOS = tok("tokenizer.ggml.bos_token_id"), tok("tokenizer.ggml.eos_token_id")
-		}
-	}
-	return info
-}
-
-// model resolves a request's model field.
+// model resolves a request's model field. ctxd serves one model, and
+// serves it whatever name a request gives (agents send names of their
+// own: Claude Code's side requests name a small model, Codex its default),
+// as llama-server does; every answer reports the served model's id.
 func (s *Server) model(ctx context.Context, name string) (*modelInfo, error) {
 	m, err := s.models.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	if !m.matches(name) {
-		return nil, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "model_not_found",
-			message: fmt.Sprintf("model %q not found: ctxd serves %q (GET /v1/models)", name, m.id), cause: ErrUnknownModel}
+	if name != "" && name != m.id {
+		s.log.Debug("request names another model; serving the loaded one", "asked", name, "served", m.id)
 	}
 	return m, nil
 }

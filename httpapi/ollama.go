@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/ctxd/ctxd/internal/chat"
@@ -84,7 +83,7 @@ func (s *Server) ollamaChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, true, err)
 		return
 	}
-	s.serveOllama(w, r, t, req.Stream == nil || *req.Stream)
+	s.serveTurn(w, r, t, &ollamaDialect{chat: t.chat, model: t.model.id}, req.Stream == nil || *req.Stream)
 }
 
 func (s *Server) prepareOllamaChat(ctx context.Context, h http.Header, req *ollamaChatRequest) (*chatTurn, error) {
@@ -126,7 +125,7 @@ func (s *Server) prepareOllamaChat(ctx context.Context, h http.Header, req *olla
 	if err != nil {
 		return nil, err
 	}
-	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, "", ""), tools: tools, chat: true}, nil
+	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, "", ""), family: familyText(msgs), tools: tools, chat: true}, nil
 }
 
 func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
@@ -159,134 +158,8 @@ func (s *Server) ollamaGenerate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, true, err)
 		return
 	}
-	t := &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(r.Header, "", "")}
-	s.serveOllama(w, r, t, req.Stream == nil || *req.Stream)
-}
-
-// serveOllama runs a prepared turn and answers in Ollama's shape: /api/chat
-// (message) or /api/generate (response).
-func (s *Server) serveOllama(w http.ResponseWriter, r *http.Request, t *chatTurn, stream bool) {
-	ctx := r.Context()
-	start := time.Now()
-	var parser chat.ToolParser
-	if t.chat {
-		parser = t.model.tmpl.NewToolParser(t.tools)
-	}
-	ls, how, err := s.table.acquire(ctx, t.key, t.manifest)
-	if err != nil {
-		writeError(w, true, err)
-		return
-	}
-	held := true
-	defer func() {
-		if held {
-			s.table.release(ls, nil)
-		}
-	}()
-	w.Header().Set("X-Ctxd-Session", strconv.FormatUint(ls.id, 10))
-	now := func() string { return time.Now().UTC().Format(time.RFC3339Nano) }
-	event := func(text string, calls []chat.ToolCall, done bool) map[string]any {
-		ev := map[string]any{"model": t.model.id, "created_at": now(), "done": done}
-		if t.chat {
-			msg := map[string]any{"role": "assistant", "content": text}
-			if len(calls) > 0 {
-				wire := make([]any, len(calls))
-				for i, c := range calls {
-					wire[i] = map[string]any{"function": map[string]any{"name": c.Name, "arguments": json.RawMessage(validObject(c.Arguments))}}
-				}
-				msg["tool_calls"] = wire
-			}
-			ev["message"] = msg
-		} else {
-			ev["response"] = text
-		}
-		return ev
-	}
-	final := func(ev map[string]any, res turnResult, calls bool) map[string]any {
-		reason := finishReason(res.reason, false)
-		ev["done_reason"] = reason
-		ev["total_duration"] = time.Since(start).Nanoseconds()
-		ev["load_duration"] = 0
-		ev["prompt_eval_count"] = res.prefilledTokens
-		ev["prompt_eval_duration"] = res.promptDur.Nanoseconds()
-		ev["prompt_cache_count"] = res.cachedTokens
-		ev["prompt_tokens"] = res.promptTokens
-		ev["eval_count"] = res.decodedTokens
-		ev["eval_duration"] = res.decodeDur.Nanoseconds()
-		ev["ctxd"] = &ctxdExtra{Session: ls.id, SessionChoice: how, ResumedSnapshot: res.resumed}
-		if res.clamped {
-			ev["ctxd"].(*ctxdExtra).MaxTokensAsked, ev["ctxd"].(*ctxdExtra).MaxTokensGiven = res.requestedMax, res.grantedMax
-		}
-		return ev
-	}
-
-	if !stream {
-		res, err := s.runTurn(ctx, ls, t.model, t.manifest, t.params, turnHooks{})
-		if err != nil {
-			writeError(w, true, err)
-			return
-		}
-		held = false
-		s.table.release(ls, segmentTexts(t.manifest))
-		s.logTurn(ls, how, res)
-		text, calls := res.text, []chat.ToolCall(nil)
-		if parser != nil {
-			a, c := parser.Feed(text)
-			b, d := parser.Flush()
-			text, calls = a+b, append(c, d...)
-		}
-		if res.clamped {
-			w.Header().Set(clampHeader, clampValue(res))
-		}
-		writeJSON(w, final(event(text, calls, true), res, len(calls) > 0))
-		return
-	}
-
-	sw := newStreamWriter(w, false, s.cfg.KeepAlive, func() any { return event("", nil, false) })
-	sw.header = func(h http.Header) { h.Set("Trailer", clampHeader) }
-	defer sw.close()
-	send := func(text string, calls []chat.ToolCall) error {
-		if text == "" && len(calls) == 0 {
-			return nil
-		}
-		return sw.send(event(text, calls, false))
-	}
-	hooks := turnHooks{
-		progress: func() { sw.begin(event("", nil, false)) },
-		text: func(piece string) error {
-			if parser == nil {
-				return send(piece, nil)
-			}
-			return send(parser.Feed(piece))
-		},
-	}
-	res, err := s.runTurn(ctx, ls, t.model, t.manifest, t.params, hooks)
-	if err != nil {
-		if !sw.isCommitted() {
-			sw.close()
-			writeError(w, true, err)
-			return
-		}
-		held = false
-		s.table.release(ls, nil)
-		if ctx.Err() == nil {
-			sw.send(map[string]any{"error": toAPIError(err).message})
-		}
-		return
-	}
-	held = false
-	s.table.release(ls, segmentTexts(t.manifest))
-	s.logTurn(ls, how, res)
-	sw.close() // no keep-alive after the last events
-	if parser != nil {
-		if err := send(parser.Flush()); err != nil {
-			return
-		}
-	}
-	sw.send(final(event("", nil, true), res, false))
-	if res.clamped {
-		w.Header().Set(clampHeader, clampValue(res))
-	}
+	t := &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(r.Header, "", ""), family: req.System + "\n" + req.Prompt}
+	s.serveTurn(w, r, t, &ollamaDialect{chat: t.chat, model: t.model.id}, req.Stream == nil || *req.Stream)
 }
 
 // validObject is s when it is a JSON value, else s as a JSON string.
@@ -337,13 +210,14 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	tag := s.ollamaTag(mi)
 	writeJSON(w, map[string]any{
 		"modelfile":  fmt.Sprintf("FROM %s\n", mi.path),
-		"parameters": fmt.Sprintf("num_ctx %d", mi.sessionTokens),
+		"parameters": fmt.Sprintf("num_ctx %d", mi.contextLength()),
 		"template":   mi.tmpl.Name(),
 		"details":    tag["details"],
 		"model_info": map[string]any{
 			"general.architecture":   arch,
-			arch + ".context_length": mi.trainedContext,
+			arch + ".context_length": mi.contextLength(),
 			"ctxd.session_tokens":    mi.sessionTokens,
+			"ctxd.trained_context":   mi.trainedContext,
 			"ctxd.hot_set":           mi.hot,
 		},
 		"capabilities": []string{"completion", "tools"},
@@ -351,8 +225,14 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// OllamaAPIVersion is the Ollama version whose API ctxd implements, as
+// /api/version reports it: clients gate features on it (Codex's --oss
+// needs 0.13.4 or newer for /v1/responses). ctxd's own version is reported
+// beside it as ctxd_version.
+const OllamaAPIVersion = "0.13.4"
+
 func (s *Server) ollamaVersion(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, map[string]any{"version": s.cfg.Version})
+	writeJSON(w, map[string]any{"version": OllamaAPIVersion, "ctxd_version": s.cfg.Version})
 }
 
 func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
@@ -364,7 +244,7 @@ func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
 	tag := s.ollamaTag(mi)
 	tag["expires_at"] = time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339Nano)
 	tag["size_vram"] = 0
-	tag["context_length"] = mi.sessionTokens
+	tag["context_length"] = mi.contextLength()
 	var sessions []any
 	for _, ls := range s.table.snapshot() {
 		sessions = append(sessions, map[string]any{"session": ls.id, "key": ls.key, "busy": ls.users > 0, "last_used": ls.lastUsed.UTC().Format(time.RFC3339Nano)})

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -79,11 +82,77 @@ func TestOllamaEndpoints(t *testing.T) {
 	if code != 200 || show.ModelInfo["llama.context_length"] == nil || show.ModelInfo["ctxd.session_tokens"] == nil {
 		t.Errorf("/api/show: %d %s", code, b)
 	}
-	if code, b = d.get("/api/version"); code != 200 || !strings.Contains(string(b), `"version"`) {
-		t.Errorf("/api/version: %d %s", code, b)
+	if code, b = d.get("/api/version"); code != 200 || !strings.Contains(string(b), `"version":"0.13.4"`) {
+		t.Errorf("/api/version: %d %s (Codex --oss needs 0.13.4 or newer)", code, b)
 	}
 	if code, b = d.get("/api/ps"); code != 200 || !strings.Contains(string(b), `"context_length"`) {
 		t.Errorf("/api/ps: %d %s", code, b)
+	}
+}
+
+// TestContextLengthAgrees: /v1/models, /v1/models/{id}, /api/show (its
+// num_ctx and ARCH.context_length) and /api/ps report one context length,
+// a session's, for any model name.
+func TestContextLengthAgrees(t *testing.T) {
+	d := startDoor(t, sidecar.Config{HotTokens: sidecar.HotAuto, NoCold: true}, Config{})
+	want := d.srv.table.srv.models
+	mi, err := want.get(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := float64(mi.sessionTokens)
+	if n <= 2048 {
+		t.Fatalf("a hot-set session holds %v tokens: want more than the trained window", n)
+	}
+	var models struct {
+		Data []struct {
+			ID            string  `json:"id"`
+			ContextLength float64 `json:"context_length"`
+		} `json:"data"`
+	}
+	_, b := d.get("/v1/models")
+	json.Unmarshal(b, &models)
+	if len(models.Data) != 1 || models.Data[0].ContextLength != n {
+		t.Errorf("/v1/models: %s", b)
+	}
+	_, b = d.get("/v1/models/claude-haiku-4-5")
+	if m := decodeJSON(t, b); m["context_length"] != n || m["id"] != "stories260K" {
+		t.Errorf("/v1/models/ANY: %s", b)
+	}
+	req, _ := http.NewRequest("GET", d.base+"/v1/models", nil)
+	req.Header.Set("anthropic-version", "2023-06-01")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		b, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var list struct {
+			Data []struct {
+				ID             string  `json:"id"`
+				MaxInputTokens float64 `json:"max_input_tokens"`
+			} `json:"data"`
+		}
+		json.Unmarshal(b, &list)
+		if len(list.Data) != 1 || list.Data[0].MaxInputTokens != n {
+			t.Errorf("Anthropic's /v1/models: %s", b)
+		}
+	}
+	_, _, b = d.post("/api/show", `{"model": "gpt-oss:20b"}`)
+	var show struct {
+		Parameters string         `json:"parameters"`
+		ModelInfo  map[string]any `json:"model_info"`
+	}
+	json.Unmarshal(b, &show)
+	if show.ModelInfo["llama.context_length"] != n || show.Parameters != "num_ctx "+strconv.Itoa(int(n)) {
+		t.Errorf("/api/show: %s", b)
+	}
+	var ps struct {
+		Models []struct {
+			ContextLength float64 `json:"context_length"`
+		} `json:"models"`
+	}
+	_, b = d.get("/api/ps")
+	json.Unmarshal(b, &ps)
+	if len(ps.Models) != 1 || ps.Models[0].ContextLength != n {
+		t.Errorf("/api/ps: %s", b)
 	}
 }
 
@@ -96,8 +165,6 @@ func TestOllamaErrors(t *testing.T) {
 		says       string
 	}{
 		{"/api/chat", `{"model": `, 400, "malformed JSON"},
-		{"/api/chat", `{"model": "llama3", "messages": [{"role": "user", "content": "hi"}]}`, 404, `model "llama3" not found`},
-		{"/api/show", `{"model": "nope"}`, 404, "not found"},
 		{"/api/chat", `{"model": "stories260K", "messages": [{"role": "user", "content": "` + longText(400) + `"}], "stream": false}`, 400, "maximum context length is 256 tokens"},
 		{"/api/chat", `{"model": "stories260K", "messages": [{"role": "user", "content": "` + longText(400) + `"}]}`, 400, "maximum context length is 256 tokens"},
 		{"/api/nothing", `{}`, 404, "not an endpoint"},

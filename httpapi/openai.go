@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -226,51 +225,6 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// oaiUsage is usage with llama-server-style timings.
-type oaiUsage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	CompletionTokens    int `json:"completion_tokens"`
-	TotalTokens         int `json:"total_tokens"`
-	PromptTokensDetails struct {
-		CachedTokens int `json:"cached_tokens"` // exact reuse only
-		// ctxd's: reused KV that is approximate (moved past an early
-		// change), and tokens of unchanged segments prefilled again.
-		ApproximateCachedTokens int `json:"approximate_cached_tokens,omitempty"`
-		RecomputedTokens        int `json:"recomputed_tokens,omitempty"`
-	} `json:"prompt_tokens_details"`
-}
-
-type oaiTimings struct {
-	CacheN              int     `json:"cache_n"`                  // exact reuse only
-	CacheApproxN        int     `json:"cache_approx_n,omitempty"` // approximate reuse (ctxd)
-	PromptN             int     `json:"prompt_n"`
-	PromptMS            float64 `json:"prompt_ms"`
-	PromptPerTokenMS    float64 `json:"prompt_per_token_ms"`
-	PromptPerSecond     float64 `json:"prompt_per_second"`
-	PredictedN          int     `json:"predicted_n"`
-	PredictedMS         float64 `json:"predicted_ms"`
-	PredictedPerTokenMS float64 `json:"predicted_per_token_ms"`
-	PredictedPerSecond  float64 `json:"predicted_per_second"`
-}
-
-func usageOf(r turnResult) (*oaiUsage, *oaiTimings) {
-	u := &oaiUsage{PromptTokens: r.promptTokens, CompletionTokens: r.decodedTokens, TotalTokens: r.promptTokens + r.decodedTokens}
-	u.PromptTokensDetails.CachedTokens = r.cachedTokens
-	u.PromptTokensDetails.ApproximateCachedTokens, u.PromptTokensDetails.RecomputedTokens = r.approxTokens, r.recomputed
-	t := &oaiTimings{CacheN: r.cachedTokens, CacheApproxN: r.approxTokens, PromptN: r.prefilledTokens, PromptMS: ms(r.promptDur), PredictedN: r.decodedTokens, PredictedMS: ms(r.decodeDur)}
-	if r.prefilledTokens > 0 {
-		t.PromptPerTokenMS = t.PromptMS / float64(r.prefilledTokens)
-		t.PromptPerSecond = float64(r.prefilledTokens) / r.promptDur.Seconds()
-	}
-	if r.decodedTokens > 0 {
-		t.PredictedPerTokenMS = t.PredictedMS / float64(r.decodedTokens)
-		t.PredictedPerSecond = float64(r.decodedTokens) / r.decodeDur.Seconds()
-	}
-	return u, t
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 type oaiDelta struct {
 	Role      string        `json:"role,omitempty"`
 	Content   *string       `json:"content,omitempty"`
@@ -333,7 +287,8 @@ type chatTurn struct {
 	model    *modelInfo
 	manifest policy.Manifest
 	params   decodeParams
-	key      string
+	key      string // the affinity key (sessionKey)
+	family   string // the agent's own text of its conversation (familyText)
 	tools    []chat.Tool
 	chat     bool // a chat (tool parsing) rather than a raw completion
 }
@@ -349,7 +304,7 @@ func (s *Server) openaiChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, false, err)
 		return
 	}
-	s.serveOpenAI(w, r, t, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "chat.completion")
+	s.serveTurn(w, r, t, newOpenAIDialect(t, req.StreamOptions != nil && req.StreamOptions.IncludeUsage), req.Stream)
 }
 
 func (s *Server) prepareOpenAIChat(ctx context.Context, h http.Header, req *oaiChatRequest) (*chatTurn, error) {
@@ -379,7 +334,7 @@ func (s *Server) prepareOpenAIChat(ctx context.Context, h http.Header, req *oaiC
 	if err != nil {
 		return nil, err
 	}
-	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, req.PromptCacheKey, req.User), tools: tools, chat: true}, nil
+	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, req.PromptCacheKey, req.User), family: familyText(msgs), tools: tools, chat: true}, nil
 }
 
 func openAIParams(maxA, maxB *int, temp, topP *float64, topK *int, seed *int64, stop json.RawMessage) (decodeParams, error) {
@@ -434,7 +389,7 @@ func (s *Server) openaiCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, false, err)
 		return
 	}
-	s.serveOpenAI(w, r, t, req.Stream, req.StreamOptions != nil && req.StreamOptions.IncludeUsage, "text_completion")
+	s.serveTurn(w, r, t, newOpenAIDialect(t, req.StreamOptions != nil && req.StreamOptions.IncludeUsage), req.Stream)
 }
 
 func (s *Server) prepareCompletion(ctx context.Context, h http.Header, req *oaiCompletionRequest) (*chatTurn, error) {
@@ -470,170 +425,18 @@ func (s *Server) prepareCompletion(ctx context.Context, h http.Header, req *oaiC
 	if req.MaxTokens == nil {
 		p.maxTokens = 16 // the Completions API's documented default
 	}
-	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, req.PromptCacheKey, req.User)}, nil
-}
-
-// serveOpenAI runs a prepared turn and answers in OpenAI's shape: object
-// "chat.completion" or "text_completion", streamed (SSE) or not.
-func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, t *chatTurn, stream, includeUsage bool, object string) {
-	ctx := r.Context()
-	id := newID(map[bool]string{true: "chatcmpl-", false: "cmpl-"}[t.chat])
-	created := time.Now().Unix()
-	var parser chat.ToolParser
-	if t.chat {
-		parser = t.model.tmpl.NewToolParser(t.tools)
-	}
-	ls, how, err := s.table.acquire(ctx, t.key, t.manifest)
-	if err != nil {
-		writeError(w, false, err)
-		return
-	}
-	extra := &ctxdExtra{Session: ls.id, SessionChoice: how}
-	held := true
-	defer func() {
-		if held {
-			s.table.release(ls, nil)
-		}
-	}()
-	w.Header().Set("X-Ctxd-Session", strconv.FormatUint(ls.id, 10))
-
-	if !stream {
-		res, err := s.runTurn(ctx, ls, t.model, t.manifest, t.params, turnHooks{})
-		if err != nil {
-			writeError(w, false, err)
-			return
-		}
-		held = false
-		s.table.release(ls, segmentTexts(t.manifest))
-		s.logTurn(ls, how, res)
-		if res.clamped {
-			w.Header().Set(clampHeader, clampValue(res))
-			extra.MaxTokensAsked, extra.MaxTokensGiven = res.requestedMax, res.grantedMax
-		}
-		extra.ResumedSnapshot = res.resumed
-		usage, timings := usageOf(res)
-		text, calls := res.text, []chat.ToolCall(nil)
-		if parser != nil {
-			a, c := parser.Feed(text)
-			b, d := parser.Flush()
-			text, calls = a+b, append(c, d...)
-		}
-		finish := finishReason(res.reason, len(calls) > 0)
-		out := map[string]any{"id": id, "object": object, "created": created, "model": t.model.id,
-			"usage": usage, "timings": timings, "ctxd": extra, "system_fingerprint": "ctxd"}
-		if t.chat {
-			msg := map[string]any{"role": "assistant", "content": text}
-			if len(calls) > 0 {
-				msg["tool_calls"] = toolCallsWire(calls, 0)
-				if text == "" {
-					msg["content"] = nil
-				}
-			}
-			out["choices"] = []any{map[string]any{"index": 0, "message": msg, "finish_reason": finish, "logprobs": nil}}
-		} else {
-			out["choices"] = []any{map[string]any{"index": 0, "text": text, "finish_reason": finish, "logprobs": nil}}
-		}
-		writeJSON(w, out)
-		return
-	}
-
-	chunk := func(d oaiDelta, finish *string) any {
-		if !t.chat {
-			c := map[string]any{"index": 0, "text": "", "finish_reason": finish, "logprobs": nil}
-			if d.Content != nil {
-				c["text"] = *d.Content
-			}
-			return map[string]any{"id": id, "object": object, "created": created, "model": t.model.id, "choices": []any{c}}
-		}
-		return oaiChunk{ID: id, Object: object + ".chunk", Created: created, Model: t.model.id, Choices: []oaiChunkChoice{{Delta: d, FinishReason: finish}}}
-	}
-	empty := func() any { return chunk(oaiDelta{Content: strp("")}, nil) }
-	first := func() any { return chunk(oaiDelta{Role: "assistant", Content: strp("")}, nil) }
-	sw := newStreamWriter(w, true, s.cfg.KeepAlive, empty)
-	sw.header = func(h http.Header) { h.Set("Trailer", clampHeader) }
-	defer sw.close()
-	nCalls := 0
-	sendText := func(text string, calls []chat.ToolCall) error {
-		if text != "" {
-			if err := sw.send(chunk(oaiDelta{Content: strp(text)}, nil)); err != nil {
-				return err
-			}
-		}
-		if len(calls) > 0 {
-			if err := sw.send(chunk(oaiDelta{ToolCalls: toolCallsWire(calls, nCalls)}, nil)); err != nil {
-				return err
-			}
-			nCalls += len(calls)
-		}
-		return nil
-	}
-	hooks := turnHooks{
-		progress: func() { sw.begin(first()) },
-		text: func(piece string) error {
-			sw.begin(first())
-			if parser == nil {
-				return sendText(piece, nil)
-			}
-			return sendText(parser.Feed(piece))
-		},
-	}
-	res, err := s.runTurn(ctx, ls, t.model, t.manifest, t.params, hooks)
-	if err != nil {
-		if !sw.isCommitted() {
-			sw.close()
-			writeError(w, false, err)
-			return
-		}
-		held = false
-		s.table.release(ls, nil)
-		if ctx.Err() == nil {
-			ae := toAPIError(err)
-			sw.send(map[string]any{"error": map[string]any{"message": ae.message, "type": ae.typ, "code": ae.code}})
-			sw.raw([]byte("[DONE]"))
-		}
-		return
-	}
-	held = false
-	s.table.release(ls, segmentTexts(t.manifest))
-	s.logTurn(ls, how, res)
-	sw.close() // no keep-alive after the last chunks
-	sw.begin(first())
-	if parser != nil {
-		if err := sendText(parser.Flush()); err != nil {
-			return
-		}
-	}
-	if res.clamped {
-		extra.MaxTokensAsked, extra.MaxTokensGiven = res.requestedMax, res.grantedMax
-	}
-	extra.ResumedSnapshot = res.resumed
-	usage, timings := usageOf(res)
-	finish := finishReason(res.reason, nCalls > 0)
-	last := chunk(oaiDelta{}, &finish)
-	if c, ok := last.(oaiChunk); ok {
-		c.Timings, c.Ctxd = timings, extra
-		last = c
-	}
-	sw.send(last)
-	if includeUsage {
-		sw.send(oaiChunk{ID: id, Object: object + ".chunk", Created: created, Model: t.model.id, Choices: []oaiChunkChoice{}, Usage: usage, Timings: timings})
-	}
-	sw.raw([]byte("[DONE]"))
-	if res.clamped {
-		w.Header().Set(clampHeader, clampValue(res))
-	}
-}
-
-func (s *Server) logTurn(ls *liveSession, how string, r turnResult) {
-	s.log.Debug("HTTP turn", "session", ls.id, "key", ls.key, "chosen_by", how, "prompt_tokens", r.promptTokens,
-		"cached_tokens", r.cachedTokens, "approximate_tokens", r.approxTokens, "prefilled", r.prefilledTokens, "prompt_ms", ms(r.promptDur),
-		"decoded", r.decodedTokens, "decode_ms", ms(r.decodeDur), "reason", r.reason.String())
+	return &chatTurn{model: mi, manifest: forDaemon(m, mi.tmpl), params: p, key: sessionKey(h, req.PromptCacheKey, req.User), family: prompt}, nil
 }
 
 func (s *Server) openaiModels(w http.ResponseWriter, r *http.Request) {
 	mi, err := s.models.get(r.Context())
 	if err != nil {
 		writeError(w, false, err)
+		return
+	}
+	if r.Header.Get("Anthropic-Version") != "" { // an Anthropic client lists models
+		m := antModel(mi)
+		writeJSON(w, map[string]any{"data": []any{m}, "has_more": false, "first_id": mi.id, "last_id": mi.id})
 		return
 	}
 	writeJSON(w, map[string]any{"object": "list", "data": []any{s.oaiModel(mi)}})
@@ -645,12 +448,22 @@ func (s *Server) openaiModel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, false, err)
 		return
 	}
+	if r.Header.Get("Anthropic-Version") != "" {
+		writeJSON(w, antModel(mi))
+		return
+	}
 	writeJSON(w, s.oaiModel(mi))
+}
+
+// antModel is the model in Anthropic's shape, with its context length.
+func antModel(mi *modelInfo) map[string]any {
+	return map[string]any{"type": "model", "id": mi.id, "display_name": mi.id, "created_at": mi.modified.UTC().Format(time.RFC3339),
+		"max_input_tokens": mi.contextLength(), "max_tokens": mi.trainedContext}
 }
 
 func (s *Server) oaiModel(mi *modelInfo) map[string]any {
 	return map[string]any{"id": mi.id, "object": "model", "created": mi.modified.Unix(), "owned_by": "ctxd",
-		"context_length": mi.sessionTokens, "max_model_len": mi.sessionTokens,
+		"context_length": mi.contextLength(), "max_model_len": mi.contextLength(),
 		"meta": map[string]any{"n_ctx_train": mi.trainedContext, "session_tokens": mi.sessionTokens, "hot_set": mi.hot,
 			"template": mi.tmpl.Name(), "digest": mi.digest, "size": mi.weightsBytes}}
 }

@@ -82,9 +82,12 @@ func (p *peerCheck) allow(r *http.Request, key string) error {
 		return nil
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		got, ok = r.Header.Get("X-Api-Key"), r.Header.Get("X-Api-Key") != "" // Anthropic's clients
+	}
 	if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(key)) != 1 {
 		return &apiError{status: http.StatusUnauthorized, typ: "invalid_request_error", code: "invalid_api_key",
-			message: "missing or wrong API key: send Authorization: Bearer KEY", cause: ErrUnauthorized}
+			message: "missing or wrong API key: send Authorization: Bearer KEY (or x-api-key: KEY)", cause: ErrUnauthorized}
 	}
 	return nil
 }

@@ -13,16 +13,23 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
-	"github.com/ctxd/ctxd/sidecar"
 )
 
 // Backend is the daemon as the door drives it: the same Handle the
 // Unix-socket connections call, and a connection id of the door's own.
 // *sidecar.Server implements it.
 type Backend interface {
-	Handle(ctx context.Context, connID uint64, req *pb.Request, emit sidecar.Emitter) *pb.Response
+	Handle(ctx context.Context, connID uint64, req *pb.Request, emit func(*pb.StreamEvent) error) *pb.Response
 	NewConnID() uint64
+	// CountTokens is the number of tokens m's prompt takes with the loaded
+	// model (BOS included), with nothing prefilled.
+	CountTokens(ctx context.Context, m policy.Manifest) (int, error)
+	// ModelFacts are the engine's facts of the loaded model (its chat
+	// template among them); false when none is loaded.
+	ModelFacts() (engine.Facts, bool)
 }
 
 // Server serves the HTTP APIs in front of one Backend.
@@ -119,6 +126,10 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("POST /api/show", s.ollamaShow)
 	s.mux.HandleFunc("GET /api/version", s.ollamaVersion)
 	s.mux.HandleFunc("GET /api/ps", s.ollamaPS)
+	s.mux.HandleFunc("POST /v1/messages", s.anthropicMessages)
+	s.mux.HandleFunc("POST /v1/messages/count_tokens", s.anthropicCountTokens)
+	s.mux.HandleFunc("POST /v1/responses", s.responsesCreate)
+	s.mux.HandleFunc("GET /v1/responses/{id}", s.responsesGet)
 	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ctxd is running\n") // Ollama clients probe /
 	})
@@ -129,21 +140,21 @@ func (s *Server) routes() {
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	s.wg.Add(1)
 	defer s.wg.Done()
-	ollama := strings.HasPrefix(r.URL.Path, "/api/")
+	writeErr := errorWriter(r.URL.Path)
 	if err := s.peers.allow(r, s.cfg.APIKey); err != nil {
-		writeError(w, ollama, err)
+		writeErr(w, err)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	if _, pattern := s.mux.Handler(r); pattern == "" {
-		writeError(w, ollama, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",
-			message: fmt.Sprintf("%s %s is not an endpoint of ctxd (OpenAI: /v1/chat/completions, /v1/completions, /v1/models; Ollama: /api/chat, /api/generate, /api/tags, /api/show, /api/version, /api/ps)", r.Method, r.URL.Path),
+		writeErr(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",
+			message: fmt.Sprintf("%s %s is not an endpoint of ctxd (OpenAI: /v1/chat/completions, /v1/completions, /v1/responses, /v1/models; Anthropic: /v1/messages, /v1/messages/count_tokens; Ollama: /api/chat, /api/generate, /api/tags, /api/show, /api/version, /api/ps)", r.Method, r.URL.Path),
 			cause:   ErrNotFound})
 		return
 	}
 	r, err := withReuse(r)
 	if err != nil {
-		writeError(w, ollama, err)
+		writeErr(w, err)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
@@ -175,6 +186,18 @@ func (s *Server) decodeBody(r *http.Request, v any) error {
 		return badRequest("malformed JSON in the request body: %v", err)
 	}
 	return nil
+}
+
+// errorWriter is how errors are written on path: Ollama's shape under
+// /api/, Anthropic's under /v1/messages, OpenAI's elsewhere.
+func errorWriter(path string) func(http.ResponseWriter, error) {
+	switch {
+	case strings.HasPrefix(path, "/api/"):
+		return func(w http.ResponseWriter, err error) { writeError(w, true, err) }
+	case path == "/v1/messages" || strings.HasPrefix(path, "/v1/messages/"):
+		return writeAnthropicError
+	}
+	return func(w http.ResponseWriter, err error) { writeError(w, false, err) }
 }
 
 // writeError answers err in the shape of the API: OpenAI

@@ -9,35 +9,42 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxd/ctxd/internal/chat"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
 // Requests to sessions. HTTP requests are one-shots; the door keeps a
-// table of live ctxd sessions and sends each request to one of them:
+// table of live ctxd sessions and sends each request to one of them, as
+// policy.ChooseSession decides:
 //
-//  1. The affinity key: header x-session-id, else x-session-affinity, else
-//     the body's prompt_cache_key, else user. Only sessions with the same
-//     key (or, without one, sessions without a key) are candidates.
-//  2. The family: the request's first segment (its system prompt) must
-//     share at least half of the shorter one's text with the candidate's.
-//     A side request (a memory extractor, a title generator) has another
-//     system prompt, so it gets a session of its own and the main
-//     conversation's KV stays where it is; a system prompt rebuilt with
-//     today's date stays in its family.
-//  3. Among the candidates, the longest common prefix of rendered segment
+//  1. The affinity key: header x-session-id, X-Claude-Code-Session-Id,
+//     x-session-affinity, else the body's prompt_cache_key,
+//     metadata.user_id's session id (Anthropic), user. Only sessions with
+//     the same key (or, without one, sessions without a key) are
+//     candidates.
+//  2. The family: the agent's own text of the request's first message
+//     (its system prompt) must share at least half of the shorter one's
+//     with the candidate's. A side request (a memory extractor, a title
+//     generator) has another system prompt, so it gets a session of its
+//     own and the main conversation's KV stays where it is.
+//  3. A busy session is waited for only when the request continues all
+//     it holds; otherwise the request opens its own.
+//  4. Among the candidates, the longest common prefix of rendered segment
 //     text wins (ties: the most recently used); none: a new session.
 //
 // An identical retried body lands on the same session and reuses all of
-// it. A session runs one request at a time; a second waits for it. The
-// table holds at most MaxSessions; opening one more closes the least
-// recently used idle session (the daemon snapshots it on close, so its
-// KV resumes later from the SSD tier or the arena).
+// it. A session runs one request at a time. The table holds at most
+// MaxSessions; opening one more closes an idle session chosen by
+// policy.EvictSession (side sessions before the main session of a key,
+// least recently used first; the daemon snapshots it on close, so its KV
+// resumes later from the SSD tier or the arena).
 
 type liveSession struct {
 	id            uint64 // the daemon's session id
 	key           string
+	family        string   // the agent's own text of its conversation (policy.SessionRequest.Family)
 	segs          []string // rendered text of the last request's segments
 	contextTokens int      // the session's token limit
 	lastUsed      time.Time
@@ -56,7 +63,7 @@ func newSessionTable(s *Server) *sessionTable { return &sessionTable{srv: s} }
 
 // sessionKey is the request's affinity key.
 func sessionKey(h http.Header, promptCacheKey, user string) string {
-	for _, k := range []string{h.Get("X-Session-Id"), h.Get("X-Session-Affinity"), promptCacheKey, user} {
+	for _, k := range []string{h.Get("X-Session-Id"), h.Get("X-Claude-Code-Session-Id"), h.Get("X-Session-Affinity"), promptCacheKey, user} {
 		if k != "" {
 			return k
 		}
@@ -70,43 +77,6 @@ func segmentTexts(m policy.Manifest) []string {
 		out[i] = seg.Text
 	}
 	return out
-}
-
-// sameFamily reports whether two requests' first segments (system
-// prompts) share at least half of the shorter one.
-func sameFamily(a, b []string) bool {
-	if len(a) == 0 || len(b) == 0 {
-		return len(a) == len(b)
-	}
-	n := min(len(a[0]), len(b[0]))
-	if n == 0 {
-		return len(a[0]) == len(b[0])
-	}
-	return 2*commonChars(a[0], b[0]) >= n
-}
-
-func commonChars(a, b string) int {
-	n := min(len(a), len(b))
-	for i := 0; i < n; i++ {
-		if a[i] != b[i] {
-			return i
-		}
-	}
-	return n
-}
-
-// commonText is the length of the common prefix of two segment lists'
-// concatenated text, counted segment by segment.
-func commonText(a, b []string) int {
-	total := 0
-	for i := 0; i < min(len(a), len(b)); i++ {
-		c := commonChars(a[i], b[i])
-		total += c
-		if c < len(a[i]) || c < len(b[i]) {
-			break
-		}
-	}
-	return total
 }
 
 // sessionName labels a daemon session: its key and a tag of its first
@@ -128,36 +98,27 @@ func sessionName(key string, segs []string) string {
 // acquire finds or opens the session for a request and locks it; release
 // must follow. It returns how the session was chosen, for logs and the
 // X-Ctxd-Session header.
-func (t *sessionTable) acquire(ctx context.Context, key string, m policy.Manifest) (*liveSession, string, error) {
+func (t *sessionTable) acquire(ctx context.Context, key, family string, m policy.Manifest) (*liveSession, string, error) {
 	segs := segmentTexts(m)
 	t.mu.Lock()
+	cands := make([]policy.SessionCandidate, len(t.live))
+	for i, ls := range t.live {
+		cands[i] = policy.SessionCandidate{Key: ls.key, Family: ls.family, Segments: ls.segs, Busy: ls.users > 0, LastUsed: ls.lastUsed.UnixNano()}
+	}
+	choice := policy.ChooseSession(policy.SessionRequest{Key: key, Family: family, Segments: segs}, cands)
 	var best *liveSession
-	bestN := -1
-	for _, ls := range t.live {
-		if ls.closed || ls.key != key || !sameFamily(ls.segs, segs) {
-			continue
-		}
-		n := commonText(ls.segs, segs)
-		if n > bestN || (n == bestN && ls.lastUsed.After(best.lastUsed)) {
-			best, bestN = ls, n
-		}
-	}
-	how := "prefix"
-	if key != "" {
-		how = "key"
-	}
-	if best == nil {
-		t.mu.Unlock()
-		ls, err := t.open(ctx, key, segs) // counts this request as a user
-		if err != nil {
-			return nil, "", err
-		}
-		t.mu.Lock()
-		best, how = ls, "new"
-	} else {
+	if choice.Index >= 0 {
+		best = t.live[choice.Index]
 		best.users++
 	}
 	t.mu.Unlock()
+	if best == nil {
+		ls, err := t.open(ctx, key, family, segs) // counts this request as a user
+		if err != nil {
+			return nil, "", err
+		}
+		best = ls
+	}
 	select {
 	case best.lock <- struct{}{}:
 	case <-ctx.Done():
@@ -171,9 +132,9 @@ func (t *sessionTable) acquire(ctx context.Context, key string, m policy.Manifes
 	t.mu.Unlock()
 	if closed { // closed while we waited: start over
 		t.release(best, nil)
-		return t.acquire(ctx, key, m)
+		return t.acquire(ctx, key, family, m)
 	}
-	return best, how, nil
+	return best, choice.How, nil
 }
 
 // release unlocks a session; segs, when set, is what it now holds.
@@ -190,7 +151,7 @@ func (t *sessionTable) release(ls *liveSession, segs []string) {
 
 // open opens a daemon session, closing the least recently used idle one
 // first when the table is full.
-func (t *sessionTable) open(ctx context.Context, key string, segs []string) (*liveSession, error) {
+func (t *sessionTable) open(ctx context.Context, key, family string, segs []string) (*liveSession, error) {
 	t.evict(ctx, 1)
 	name := sessionName(key, segs)
 	resp := t.srv.backend.Handle(ctx, t.srv.connID, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: name}}}, nil)
@@ -200,7 +161,7 @@ func (t *sessionTable) open(ctx context.Context, key string, segs []string) (*li
 		return nil, err
 	}
 	r := resp.GetOpenSession()
-	ls := &liveSession{id: r.GetSessionId(), key: key, segs: segs, contextTokens: int(r.GetContextTokens()), lastUsed: time.Now(), lock: make(chan struct{}, 1), users: 1}
+	ls := &liveSession{id: r.GetSessionId(), key: key, family: family, segs: segs, contextTokens: int(r.GetContextTokens()), lastUsed: time.Now(), lock: make(chan struct{}, 1), users: 1}
 	t.mu.Lock()
 	t.live = append(t.live, ls)
 	t.mu.Unlock()
@@ -216,16 +177,16 @@ func (t *sessionTable) evict(ctx context.Context, room int) {
 			t.mu.Unlock()
 			return
 		}
-		var lru *liveSession
-		for _, ls := range t.live {
-			if ls.users == 0 && (lru == nil || ls.lastUsed.Before(lru.lastUsed)) {
-				lru = ls
-			}
+		cands := make([]policy.SessionCandidate, len(t.live))
+		for i, ls := range t.live {
+			cands[i] = policy.SessionCandidate{Key: ls.key, Segments: ls.segs, Busy: ls.users > 0, LastUsed: ls.lastUsed.UnixNano()}
 		}
-		if lru == nil {
+		i := policy.EvictSession(cands)
+		if i < 0 {
 			t.mu.Unlock()
 			return // every session is busy: go over the cap for now
 		}
+		lru := t.live[i]
 		t.removeLocked(lru)
 		t.mu.Unlock()
 		t.srv.log.Info("HTTP session closed (least recently used)", "session", lru.id, "key", lru.key, "cap", t.srv.cfg.MaxSessions)
@@ -282,4 +243,14 @@ func (t *sessionTable) snapshot() []liveSession {
 		out[i] = liveSession{id: ls.id, key: ls.key, contextTokens: ls.contextTokens, lastUsed: ls.lastUsed, users: ls.users}
 	}
 	return out
+}
+
+// familyText is the agent's own text that names a conversation's family
+// (policy.SessionRequest.Family): its first message's content, the system
+// prompt when there is one; never text of the chat template.
+func familyText(msgs []chat.Message) string {
+	if len(msgs) == 0 {
+		return ""
+	}
+	return msgs[0].Content
 }

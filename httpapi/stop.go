@@ -11,6 +11,7 @@ type stopFilter struct {
 	text    strings.Builder // everything generated
 	shown   int             // bytes of text handed out
 	stopped bool
+	matched string // the stop string that ended the text (the earliest)
 }
 
 // push adds a piece and returns the newly safe text.
@@ -23,7 +24,9 @@ func (f *stopFilter) push(piece string) string {
 	end := len(t)
 	for _, s := range f.stops {
 		if i := strings.Index(t[max(0, f.shown-len(s)):], s); i >= 0 {
-			end = min(end, max(0, f.shown-len(s))+i)
+			if at := max(0, f.shown-len(s)) + i; at < end || !f.stopped {
+				end, f.matched = min(end, at), s
+			}
 			f.stopped = true
 		}
 	}

@@ -2,25 +2,39 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 )
 
-// streamWriter writes a streamed response (SSE for OpenAI, NDJSON for
-// Ollama). Headers go out with the first event — which the first progress
-// report of a prefill, the first token or the keep-alive timer brings, so
-// an over-long prompt can still be refused with a plain HTTP 400 — and
-// while nothing else is written, a keep-alive event every KeepAlive.
+// wireEvent is one event of a streamed response: SSE "event: name" (none
+// when name is "") and data, or one NDJSON line. raw, when set, is written
+// as the data as is ("[DONE]").
+type wireEvent struct {
+	name string
+	data any
+	raw  []byte
+}
+
+// streamWriter writes a streamed response (SSE for OpenAI, Anthropic and
+// Responses, NDJSON for Ollama). Headers go out with the first event —
+// which the first progress report of a prefill, the first token or the
+// keep-alive timer brings, so an over-long prompt can still be refused with
+// a plain HTTP error — preceded by the dialect's opening events; while
+// nothing else is written, a keep-alive event goes out every KeepAlive.
 type streamWriter struct {
 	w         http.ResponseWriter
 	rc        *http.ResponseController
 	sse       bool
-	keepAlive func() any // the keep-alive event (an empty-content delta)
+	numbered  bool               // add "sequence_number" to every JSON event (Responses)
+	keepAlive func() wireEvent   // the keep-alive event
+	opening   func() []wireEvent // written right after the headers
 	header    func(http.Header)
 
 	mu        sync.Mutex
 	committed bool
+	seq       int
 	last      time.Time
 	err       error
 	stop      chan struct{}
@@ -28,7 +42,7 @@ type streamWriter struct {
 	done      sync.WaitGroup
 }
 
-func newStreamWriter(w http.ResponseWriter, sse bool, every time.Duration, keepAlive func() any) *streamWriter {
+func newStreamWriter(w http.ResponseWriter, sse bool, every time.Duration, keepAlive func() wireEvent) *streamWriter {
 	sw := &streamWriter{w: w, rc: http.NewResponseController(w), sse: sse, keepAlive: keepAlive, last: time.Now(), stop: make(chan struct{})}
 	sw.done.Add(1)
 	go sw.loop(every)
@@ -54,10 +68,10 @@ func (sw *streamWriter) loop(every time.Duration) {
 	}
 }
 
-// commitLocked sends the headers.
-func (sw *streamWriter) commitLocked() {
+// commitLocked sends the headers and the opening events.
+func (sw *streamWriter) commitLocked() error {
 	if sw.committed {
-		return
+		return nil
 	}
 	sw.committed = true
 	h := sw.w.Header()
@@ -72,16 +86,33 @@ func (sw *streamWriter) commitLocked() {
 		sw.header(h)
 	}
 	sw.w.WriteHeader(http.StatusOK)
+	if sw.opening != nil {
+		for _, ev := range sw.opening() {
+			if err := sw.writeLocked(ev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
-// begin sends the headers now (a prefill has started).
-func (sw *streamWriter) begin(first any) {
+// begin sends the headers and the opening events now (a prefill has
+// started, or the first text is due).
+func (sw *streamWriter) begin() error {
 	sw.mu.Lock()
-	committed := sw.committed
-	sw.mu.Unlock()
-	if !committed {
-		sw.send(first)
+	defer sw.mu.Unlock()
+	if sw.err != nil {
+		return sw.err
 	}
+	if err := sw.commitLocked(); err != nil {
+		sw.err = err
+		return err
+	}
+	if err := sw.rc.Flush(); err != nil {
+		sw.err = err
+	}
+	sw.last = time.Now()
+	return sw.err
 }
 
 // isCommitted reports whether the headers are out.
@@ -91,33 +122,52 @@ func (sw *streamWriter) isCommitted() bool {
 	return sw.committed
 }
 
-// send writes one event and flushes; the error means the client is gone.
-func (sw *streamWriter) send(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return sw.raw(b)
-}
-
-func (sw *streamWriter) raw(b []byte) error {
+// send writes events in order and flushes; the error means the client is
+// gone.
+func (sw *streamWriter) send(evs ...wireEvent) error {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	if sw.err != nil {
 		return sw.err
 	}
-	sw.commitLocked()
-	var err error
-	if sw.sse {
-		_, err = sw.w.Write(append(append([]byte("data: "), b...), '\n', '\n'))
-	} else {
-		_, err = sw.w.Write(append(b, '\n'))
+	err := sw.commitLocked()
+	for _, ev := range evs {
+		if err != nil {
+			break
+		}
+		err = sw.writeLocked(ev)
 	}
 	if err == nil {
 		err = sw.rc.Flush()
 	}
 	sw.last = time.Now()
 	sw.err = err
+	return err
+}
+
+// writeLocked writes one event without flushing.
+func (sw *streamWriter) writeLocked(ev wireEvent) error {
+	b := ev.raw
+	if b == nil {
+		var err error
+		if b, err = json.Marshal(ev.data); err != nil {
+			return err
+		}
+		if sw.numbered && len(b) > 1 && b[0] == '{' && b[len(b)-1] == '}' {
+			b = append(b[:len(b)-1], fmt.Sprintf(`,"sequence_number":%d}`, sw.seq)...)
+			sw.seq++
+		}
+	}
+	var out []byte
+	if sw.sse {
+		if ev.name != "" {
+			out = append(append(append(out, "event: "...), ev.name...), '\n')
+		}
+		out = append(append(append(out, "data: "...), b...), '\n', '\n')
+	} else {
+		out = append(b, '\n')
+	}
+	_, err := sw.w.Write(out)
 	return err
 }
 

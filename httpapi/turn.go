@@ -20,8 +20,9 @@ type decodeParams struct {
 
 // turnHooks connect a turn to the response being written.
 type turnHooks struct {
-	progress func()             // the prefill moved on (about every 100 ms)
-	text     func(string) error // generated text that is safe to show; an error cancels the decode
+	prefilled func(turnResult)   // the prompt is in the KV: its part of the result is known
+	progress  func()             // the prefill moved on (about every 100 ms)
+	text      func(string) error // generated text that is safe to show; an error cancels the decode
 }
 
 // turnResult is what one turn did, for usage and timings.
@@ -37,6 +38,7 @@ type turnResult struct {
 	decodeDur       time.Duration
 	reason          pb.StopReason
 	text            string // generated, cut before any stop string
+	stopString      string // the stop string that ended it (reason STOP_STRING)
 	requestedMax    int
 	grantedMax      int
 	clamped         bool
@@ -84,6 +86,9 @@ func (s *Server) runTurn(ctx context.Context, ls *liveSession, mi *modelInfo, m 
 	r.recomputed = int(ep.GetRecomputedTokens() + ps.GetRecomputedTokens())
 	r.prefilledTokens = int(ep.GetPrefilledTokens() + ps.GetPrefilledTokens())
 	r.resumed = ep.GetResumedSnapshot()
+	if h.prefilled != nil {
+		h.prefilled(r)
+	}
 
 	room := ls.contextTokens - r.promptTokens
 	r.requestedMax = p.maxTokens
@@ -106,10 +111,10 @@ func (s *Server) runTurn(ctx context.Context, ls *liveSession, mi *modelInfo, m 
 	var textErr error
 	emit := func(ev *pb.StreamEvent) error {
 		tok := ev.GetToken()
-		if tok == nil || h.text == nil {
+		if tok == nil {
 			return nil
 		}
-		if t := filter.push(tok.GetPiece()); t != "" {
+		if t := filter.push(tok.GetPiece()); t != "" && h.text != nil {
 			if err := h.text(t); err != nil {
 				textErr = err
 				return err
@@ -119,13 +124,16 @@ func (s *Server) runTurn(ctx context.Context, ls *liveSession, mi *modelInfo, m 
 	}
 	dstart := time.Now()
 	resp, err = s.call(ctx, &pb.Request{Body: &pb.Request_Decode{Decode: &pb.DecodeRequest{
-		SessionId: ls.id, MaxTokens: int32(min(r.grantedMax, 1<<20)), Sampling: p.sampling, Stop: stops, NoStream: h.text == nil}}}, emit)
+		SessionId: ls.id, MaxTokens: int32(min(r.grantedMax, 1<<20)), Sampling: p.sampling, Stop: stops}}}, emit)
 	r.decodeDur = time.Since(dstart)
 	if err != nil {
 		return r, s.turnError(ctx, ls, err)
 	}
 	d := resp.GetDecode()
 	r.decodedTokens, r.reason, r.text = int(d.GetTokens()), d.GetReason(), d.GetText()
+	if r.reason == pb.StopReason_STOP_REASON_STOP_STRING {
+		r.stopString = filter.matched
+	}
 	if textErr != nil || r.reason == pb.StopReason_STOP_REASON_CANCELLED {
 		return r, fmt.Errorf("%w: the client went away during decode", protocol.ErrCancelled)
 	}

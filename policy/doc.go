@@ -13,7 +13,8 @@
 // combining both; which scorers run: ScorerSet); where a new session
 // resumes from (ChooseResume, PlanAdoption), which unchanged segments past
 // an early change keep their KV, moved, and how much of them is recomputed
-// (MatchSegments, PlanSegmentReuse), and whether a snapshot's blocks
+// (MatchSegments, PlanSegmentReuse), which live session a one-shot HTTP
+// request runs on (ChooseSession, EvictSession) and whether a snapshot's blocks
 // are read back or recomputed (PlanRestore); and where a model runs: which
 // device (ChooseDevice), how many layers fit its free memory with the
 // compute buffers and the hot-set KV (PlanOffload), and how many CPU
@@ -48,7 +49,9 @@
 // segreuse.go (segment reuse past an early change: matching, the plan and
 // its recompute budget),
 // sessiontokens.go (the most tokens a hot-set session holds, from the
-// arena's record sizes), query.go (the turn's
+// arena's record sizes), sessionchoice.go (which live session an adapter's
+// one-shot request runs on, and which idle one is closed when the table
+// is full), query.go (the turn's
 // retrieval query), bm25.go (the lexical index), keysummary.go (a block's
 // key summary: its size and its kept keys), attention.go (the attention
 // index), fusion.go (combining scorers), vectors.go (per-head vectors from

@@ -11,7 +11,9 @@ import (
 )
 
 // Emitter sends one streamed event of a call (a DATA frame on the wire).
-type Emitter func(*pb.StreamEvent) error
+// It is an alias, so in-process callers (the HTTP door) name the function
+// type without importing this package.
+type Emitter = func(*pb.StreamEvent) error
 
 // Handle serves one request. It is the whole server minus the socket:
 // connections call it for every REQUEST frame, and benchmarks call it

@@ -4,6 +4,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/ctxd/ctxd/coldstore"
+	"github.com/ctxd/ctxd/engine"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 )
 
@@ -19,6 +20,7 @@ type slotView struct {
 	capacity *pb.Capacity
 	device   *pb.DeviceInfo   // where the model runs (Status)
 	compat   coldstore.Compat // the SSD tier's key for this model
+	facts    engine.Facts     // the engine's facts of the model
 }
 
 // publishSlot records the slot's model for readers; the caller holds the
@@ -27,6 +29,7 @@ func (srv *Server) publishSlot() {
 	v := &slotView{}
 	if srv.slot.model != nil {
 		v.model, v.capacity, v.device, v.compat = srv.modelInfo(), srv.capacityReply(), srv.deviceInfo(), srv.ssdCompat()
+		v.facts = srv.slot.facts
 	}
 	srv.slot.view.Store(v)
 }

@@ -26,11 +26,17 @@ import (
 )
 
 // The agent test runs real coding agents, unmodified, against a real ctxd
-// serving stories260K over HTTP: Qwen Code and opencode, each for three
-// turns of one session (the second and third with --continue). Every run
-// must exit 0, and from the second main request of a session on, the
-// tokens ctxd reports reused (prompt_tokens_details.cached_tokens) must be
-// at least 9/10 of the previous main request's prompt tokens.
+// serving stories260K over HTTP: Qwen Code and opencode (OpenAI Chat
+// Completions), Claude Code (Anthropic Messages) and Codex (OpenAI
+// Responses), each for three turns of one session (the second and third
+// with --continue, or Codex's exec resume --last). Every run must exit 0,
+// and from the second main request of a session on, the tokens ctxd
+// reports reused (prompt_tokens_details.cached_tokens, Anthropic's
+// cache_read_input_tokens, Responses' input_tokens_details.cached_tokens)
+// must be at least 9/10 of the previous main request's prompt tokens.
+//
+// CTXD_TEST_AGENTS (a comma-separated list of qwen-code, opencode,
+// claude-code, codex) runs only those agents.
 //
 // The agents come from .ci/setup (npm, pinned versions, into .agents/ at
 // the repository root). They try to reach hosts of their own (telemetry,
@@ -44,6 +50,7 @@ import (
 
 const (
 	envAgentsInside = "CTXD_TEST_AGENTS_NETNS" // set in the re-run inside the namespace
+	envAgentsOnly   = "CTXD_TEST_AGENTS"       // only these agents (comma-separated names)
 	agentTurns      = 3
 	// agentMaxTokens bounds each reply (the agents ask for 8000 and
 	// 32000): stories260K writes stories, not answers, and a reply's
@@ -62,10 +69,34 @@ func agentsDir(t *testing.T) string {
 	return filepath.Join(root, ".agents")
 }
 
+// agentsToRun are the agents the test runs: all, or those CTXD_TEST_AGENTS
+// names.
+func agentsToRun(t *testing.T, bin string) []agent {
+	all := []agent{qwenAgent(bin), opencodeAgent(bin), claudeAgent(bin), codexAgent(bin)}
+	only := os.Getenv(envAgentsOnly)
+	if only == "" {
+		return all
+	}
+	var out []agent
+	for _, name := range strings.Split(only, ",") {
+		found := false
+		for _, a := range all {
+			if a.name == strings.TrimSpace(name) {
+				out, found = append(out, a), true
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no agent %q (qwen-code, opencode, claude-code, codex)", envAgentsOnly, name)
+		}
+	}
+	return out
+}
+
 func TestAgents(t *testing.T) {
 	bin := filepath.Join(agentsDir(t), "node_modules", ".bin")
-	for _, name := range []string{"qwen", "opencode"} {
-		if _, err := os.Stat(filepath.Join(bin, name)); err != nil {
+	agents := agentsToRun(t, bin)
+	for _, a := range agents {
+		if _, err := os.Stat(a.path); err != nil {
 			if os.Getenv("CI") == "" {
 				t.Skipf("agents not installed (%v): run .ci/setup", err)
 			}
@@ -87,7 +118,7 @@ func TestAgents(t *testing.T) {
 	id := waitModel(t, d, upstream)
 
 	rec := newRecorder(t, upstream)
-	for _, a := range []agent{qwenAgent(bin), opencodeAgent(bin)} {
+	for _, a := range agents {
 		t.Run(a.name, func(t *testing.T) {
 			rec.reset()
 			home := scratchHome(t)
@@ -323,6 +354,44 @@ func opencodeAgent(bin string) agent {
 	}}
 }
 
+// claudeAgent is Claude Code: claude -p PROMPT --output-format json, then
+// the same with --continue. Nonessential traffic (telemetry, updates,
+// model checks) is off. Replies are capped with its own settings: at most
+// agentMaxTokens (CLAUDE_CODE_MAX_OUTPUT_TOKENS), ending at the first
+// punctuation mark (stop_sequences through CLAUDE_CODE_EXTRA_BODY), since
+// Claude Code takes a reply cut by max_tokens for an error and
+// stories260K never ends one by itself.
+func claudeAgent(bin string) agent {
+	return agent{name: "claude-code", path: filepath.Join(bin, "claude"), command: func(home, baseURL, model string, more bool) ([]string, []string) {
+		args := []string{"-p", agentPrompt, "--output-format", "json"}
+		if more {
+			args = append(args, "--continue")
+		}
+		return args, []string{
+			"ANTHROPIC_BASE_URL=" + baseURL, "ANTHROPIC_API_KEY=x", "ANTHROPIC_MODEL=" + model,
+			"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1", "DISABLE_AUTOUPDATER=1", "DISABLE_TELEMETRY=1",
+			fmt.Sprintf("CLAUDE_CODE_MAX_OUTPUT_TOKENS=%d", agentMaxTokens),
+			`CLAUDE_CODE_EXTRA_BODY={"stop_sequences":[".",",","!","?"]}`,
+		}
+	}}
+}
+
+// codexAgent is Codex: codex exec with a local model provider speaking the
+// Responses API, then codex exec resume --last. Codex has no setting for a
+// reply's length: its provider sends ctxd's X-Ctxd-Max-Tokens header.
+func codexAgent(bin string) agent {
+	return agent{name: "codex", path: filepath.Join(bin, "codex"), command: func(home, baseURL, model string, more bool) ([]string, []string) {
+		args := []string{"exec"}
+		if more {
+			args = append(args, "resume", "--last")
+		}
+		args = append(args, "--skip-git-repo-check", "-c", "model_provider=local",
+			"-c", fmt.Sprintf(`model_providers.local={name="local",base_url="%s/v1",wire_api="responses",env_key="LOCAL_KEY",http_headers={"X-Ctxd-Max-Tokens"="%d"}}`, baseURL, agentMaxTokens),
+			"-m", model, agentPrompt)
+		return args, []string{"LOCAL_KEY=x"}
+	}}
+}
+
 // call is one chat request the proxy saw and what ctxd answered.
 type call struct {
 	status              int
@@ -333,6 +402,8 @@ type call struct {
 	hasUsage            bool
 	start               time.Time
 	elapsed             time.Duration // until the response body was read
+	firstByte           time.Duration // until the response body's first byte
+	firstText           time.Duration // until the first generated text (streams)
 	firstSystemPrefix   string
 	completionTokens    int
 	finishReason, model string
@@ -363,7 +434,8 @@ func newRecorder(t *testing.T, upstream string) *recorder {
 		return nil
 	}
 	handler := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/chat/completions") {
+		if req.Method == http.MethodPost && (strings.HasSuffix(req.URL.Path, "/chat/completions") ||
+			strings.HasSuffix(req.URL.Path, "/v1/messages") || strings.HasSuffix(req.URL.Path, "/v1/responses")) {
 			body, err := io.ReadAll(req.Body)
 			if err != nil {
 				http.Error(w, err.Error(), http.StatusBadRequest)
@@ -414,6 +486,7 @@ func describeRequest(body []byte, c *call) {
 		Model    string            `json:"model"`
 		Stream   bool              `json:"stream"`
 		Tools    []json.RawMessage `json:"tools"`
+		Input    json.RawMessage   `json:"input"` // Responses
 		Messages []struct {
 			Role    string          `json:"role"`
 			Content json.RawMessage `json:"content"`
@@ -423,6 +496,10 @@ func describeRequest(body []byte, c *call) {
 		return
 	}
 	c.tools, c.messages, c.stream, c.model = len(req.Tools), len(req.Messages), req.Stream, req.Model
+	var items []json.RawMessage
+	if json.Unmarshal(req.Input, &items) == nil && len(items) > 0 {
+		c.messages = len(items)
+	}
 	if len(req.Messages) > 0 && req.Messages[0].Role == "system" {
 		c.firstSystemPrefix = string(req.Messages[0].Content[:min(len(req.Messages[0].Content), 200)])
 	}
@@ -440,6 +517,12 @@ type usageReader struct {
 
 func (u *usageReader) Read(p []byte) (int, error) {
 	n, err := u.body.Read(p)
+	if n > 0 && u.c.firstByte == 0 {
+		u.c.firstByte = time.Since(u.c.start)
+	}
+	if n > 0 && u.c.firstText == 0 && textEvent(p[:n]) {
+		u.c.firstText = time.Since(u.c.start)
+	}
 	u.buf.Write(p[:n])
 	if err != nil {
 		u.finish()
@@ -452,34 +535,90 @@ func (u *usageReader) Close() error {
 	return u.body.Close()
 }
 
+// textEvent reports whether a piece of a stream carries generated text
+// (any API's text delta).
+func textEvent(b []byte) bool {
+	if bytes.Contains(b, []byte(`"text_delta"`)) || bytes.Contains(b, []byte(`"response.output_text.delta"`)) {
+		return true
+	}
+	// OpenAI chunks: a non-empty content (the keep-alive chunk's is "").
+	i := bytes.Index(b, []byte(`"content":"`))
+	return i >= 0 && i+11 < len(b) && b[i+11] != '"'
+}
+
 func (u *usageReader) finish() {
 	u.once.Do(func() {
+		// Every API's usage: OpenAI Chat (prompt_tokens, cached_tokens),
+		// Anthropic (input_tokens + cache_read_input_tokens +
+		// cache_creation_input_tokens, of which cache_read was reused),
+		// Responses (input_tokens, input_tokens_details.cached_tokens,
+		// inside response.completed's response).
 		type usage struct {
-			PromptTokens        int `json:"prompt_tokens"`
-			CompletionTokens    int `json:"completion_tokens"`
+			PromptTokens        *int `json:"prompt_tokens"`
+			CompletionTokens    int  `json:"completion_tokens"`
 			PromptTokensDetails struct {
 				CachedTokens int `json:"cached_tokens"`
 			} `json:"prompt_tokens_details"`
+			InputTokens              *int `json:"input_tokens"`
+			CacheReadInputTokens     int  `json:"cache_read_input_tokens"`
+			CacheCreationInputTokens int  `json:"cache_creation_input_tokens"`
+			OutputTokens             int  `json:"output_tokens"`
+			InputTokensDetails       *struct {
+				CachedTokens int `json:"cached_tokens"`
+			} `json:"input_tokens_details"`
 		}
 		type chunk struct {
+			Type    string `json:"type"`
 			Usage   *usage `json:"usage"`
 			Choices []struct {
 				FinishReason *string `json:"finish_reason"`
 			} `json:"choices"`
+			StopReason *string `json:"stop_reason"` // Anthropic, a whole message
+			Delta      *struct {
+				StopReason *string `json:"stop_reason"`
+			} `json:"delta"` // Anthropic, message_delta
+			Response *struct {
+				Status string `json:"status"`
+				Usage  *usage `json:"usage"`
+			} `json:"response"` // Responses, response.completed
+			Status string `json:"status"` // Responses, a whole response
 		}
 		take := func(data []byte) {
 			var c chunk
 			if json.Unmarshal(data, &c) != nil {
 				return
 			}
-			if c.Usage != nil {
+			us := c.Usage
+			if c.Response != nil && c.Response.Usage != nil {
+				us = c.Response.Usage
+				u.c.finishReason = c.Response.Status
+			}
+			if c.Status != "" && c.Usage != nil {
+				u.c.finishReason = c.Status
+			}
+			switch {
+			case us == nil:
+			case us.PromptTokens != nil:
 				u.c.hasUsage = true
-				u.c.promptTokens, u.c.cachedTokens, u.c.completionTokens = c.Usage.PromptTokens, c.Usage.PromptTokensDetails.CachedTokens, c.Usage.CompletionTokens
+				u.c.promptTokens, u.c.cachedTokens, u.c.completionTokens = *us.PromptTokens, us.PromptTokensDetails.CachedTokens, us.CompletionTokens
+			case us.InputTokensDetails != nil && us.InputTokens != nil: // Responses
+				u.c.hasUsage = true
+				u.c.promptTokens, u.c.cachedTokens, u.c.completionTokens = *us.InputTokens, us.InputTokensDetails.CachedTokens, us.OutputTokens
+			case us.InputTokens != nil: // Anthropic
+				u.c.hasUsage = true
+				u.c.promptTokens = *us.InputTokens + us.CacheReadInputTokens + us.CacheCreationInputTokens
+				u.c.cachedTokens, u.c.completionTokens = us.CacheReadInputTokens, us.OutputTokens
 			}
 			for _, ch := range c.Choices {
 				if ch.FinishReason != nil {
 					u.c.finishReason = *ch.FinishReason
 				}
+			}
+			if c.StopReason != nil {
+				u.c.finishReason = *c.StopReason
+			}
+			if c.Delta != nil && c.Delta.StopReason != nil {
+				u.c.finishReason = *c.Delta.StopReason
 			}
 		}
 		u.c.elapsed = time.Since(u.c.start)
@@ -516,8 +655,9 @@ func checkReuse(t *testing.T, calls []call) {
 			kind = "main"
 			mains = append(mains, c)
 		}
-		t.Logf("request %d (%s): %d messages, %d tools, status %d, prompt %d, cached %d, completion %d, finish %q, %v",
-			i+1, kind, c.messages, c.tools, c.status, c.promptTokens, c.cachedTokens, c.completionTokens, c.finishReason, c.elapsed.Round(time.Millisecond))
+		t.Logf("request %d (%s): %d messages, %d tools, status %d, prompt %d, cached %d, completion %d, finish %q, first byte %v, first text %v, all %v",
+			i+1, kind, c.messages, c.tools, c.status, c.promptTokens, c.cachedTokens, c.completionTokens, c.finishReason,
+			c.firstByte.Round(time.Millisecond), c.firstText.Round(time.Millisecond), c.elapsed.Round(time.Millisecond))
 	}
 	if len(mains) < agentTurns {
 		t.Fatalf("%d main requests for %d turns", len(mains), agentTurns)

@@ -81,6 +81,10 @@ func TestFacts(t *testing.T) {
 	if f.Digest != "270cba1bd5109f42d03350f60406024560464db173c0e387d91f0426d3bd256d" {
 		t.Fatalf("digest %s", f.Digest)
 	}
+	// What a chat adapter reads: stories260K has no chat template.
+	if f.ChatTemplate != "" || f.Architecture != "llama" || f.BOSText != "<s>" || f.EOSText != "</s>" {
+		t.Fatalf("chat facts: template %q arch %q bos %q eos %q", f.ChatTemplate, f.Architecture, f.BOSText, f.EOSText)
+	}
 	if !f.CanShift || !f.AddBOS {
 		t.Fatalf("CanShift=%v AddBOS=%v", f.CanShift, f.AddBOS)
 	}

@@ -160,6 +160,12 @@ func LoadContext(ctx context.Context, path string, o engine.ModelOptions) (*Mode
 		return nil, fmt.Errorf("%w: %s reports layers=%d kv_heads=%d head_dim=%d vocab=%d",
 			engine.ErrBadModel, path, md.facts.Layers, md.facts.KVHeads, md.facts.HeadDim, md.facts.VocabSize)
 	}
+	if t := C.llama_model_chat_template(m, nil); t != nil {
+		md.facts.ChatTemplate = C.GoString(t)
+	}
+	md.facts.Architecture, _ = md.metaStr("general.architecture")
+	md.facts.BOSText = md.tokenText(C.llama_vocab_bos(md.vocab))
+	md.facts.EOSText = md.tokenText(C.llama_vocab_eos(md.vocab))
 	md.pieces = make([]string, md.facts.VocabSize)
 	buf := make([]byte, 256)
 	for t := range md.pieces {
@@ -171,6 +177,14 @@ func LoadContext(ctx context.Context, path string, o engine.ModelOptions) (*Mode
 	md.facts.CanShift = md.probeShift()
 	md.facts.Placement = placement(dev, int(mp.n_gpu_layers), md.facts.Layers, bufs)
 	return md, nil
+}
+
+// tokenText is a token's text in the vocabulary ("" for none).
+func (md *Model) tokenText(t C.llama_token) string {
+	if t < 0 || int(t) >= md.facts.VocabSize {
+		return ""
+	}
+	return C.GoString(C.llama_vocab_get_text(md.vocab, t))
 }
 
 // metaInt reads an integer GGUF key; %s is replaced by the architecture.
