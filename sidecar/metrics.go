@@ -83,6 +83,10 @@ type metrics struct {
 	coldRead, coldWrite           prometheus.Histogram
 	coldReadBytes, coldWriteBytes prometheus.Counter
 
+	// The Unix socket's accept loop: temporary errors (EMFILE...) it
+	// backed off from.
+	acceptErrors prometheus.Counter
+
 	arena atomic.Pointer[shm.Arena] // the loaded model's arena, or nil
 
 	httpMu   sync.Mutex
@@ -114,6 +118,7 @@ func newMetrics(sessions func() int) *metrics {
 	m.coldWrite = f.hist("ctxd_cold_write_seconds", "SSD-tier writes (including their sync).")
 	m.coldReadBytes = f.counter("ctxd_cold_read_bytes_total", "Bytes read from the SSD tier.")
 	m.coldWriteBytes = f.counter("ctxd_cold_write_bytes_total", "Bytes written to the SSD tier.")
+	m.acceptErrors = f.counter("ctxd_accept_errors_total", "Temporary accept errors on the Unix socket (out of descriptors, EMFILE/ENFILE, ...): the loop backed off and went on.")
 	m.fetchByID = map[string]prometheus.Observer{}
 	for _, t := range []string{TierArena, TierSSD} {
 		m.fetchByID[t] = m.fetch.WithLabelValues(t)

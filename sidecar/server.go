@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxd/ctxd/internal/acceptloop"
 	"github.com/ctxd/ctxd/internal/privdir"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
@@ -130,7 +131,9 @@ func (srv *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	srv.log.Info("serving", "socket", ln.Addr().String(), "data_dir", srv.cfg.DataDir)
-	var tempDelay time.Duration
+	// Out of descriptors (EMFILE, ENFILE) and the like pass: the loop
+	// backs off and goes on, it never exits for them.
+	backoff := acceptloop.Backoff{Log: srv.log, What: "unix socket"}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -142,15 +145,16 @@ func (srv *Server) Serve(ctx context.Context, ln net.Listener) error {
 				}
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
-				time.Sleep(tempDelay)
+			if acceptloop.Temporary(err) && backoff.Wait(err, ctx.Done()) {
+				srv.metrics.acceptErrors.Inc()
 				continue
+			}
+			if ctx.Err() != nil {
+				continue // the loop's exit above
 			}
 			return err
 		}
-		tempDelay = 0
+		backoff.Reset()
 		srv.wg.Add(1)
 		go func() {
 			defer srv.wg.Done()
