@@ -38,7 +38,8 @@ type Server struct {
 	started time.Time
 
 	mu  sync.Mutex
-	hs  *http.Server
+	hs    *http.Server
+	guard *guardListener
 	wg  sync.WaitGroup // requests in flight
 	end context.CancelFunc
 }
@@ -69,22 +70,35 @@ func (s *Server) Listen() (net.Listener, error) {
 	if s.cfg.APIKey == "" && !isLoopbackHost(host) {
 		return nil, fmt.Errorf("%w: http address %s is not loopback: set an API key (--api-key or CTXD_API_KEY) to serve other hosts", ErrForbidden, s.cfg.Addr)
 	}
+	if err := s.peers.start(); err != nil {
+		return nil, err
+	}
 	return net.Listen("tcp", s.cfg.Addr)
 }
 
 // Serve answers HTTP on ln until ctx ends; then it stops accepting,
 // cancels requests in flight and closes the door's sessions.
+// Every connection passes the peer check and the connection caps when it
+// is accepted, before a byte of it is read (listener.go).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if err := s.peers.start(); err != nil {
+		ln.Close()
+		return err
+	}
+	defer s.peers.close()
 	ctx, cancel := context.WithCancel(ctx)
+	guard := newGuardListener(ln, s.peers, s.log, s.cfg.MaxConns, s.cfg.MaxConnsPerPeer)
+	ln = guard
 	hs := &http.Server{
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: 30 * time.Second,
-		ConnContext:       s.peers.connContext,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ConnContext:       markAdmitted,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.mu.Lock()
-	s.hs, s.end = hs, cancel
+	s.hs, s.end, s.guard = hs, cancel, guard
 	s.mu.Unlock()
 	s.log.Info("serving HTTP (OpenAI and Ollama APIs)", "addr", ln.Addr().String(), "auth", map[bool]string{true: "api key", false: "loopback, same uid"}[s.cfg.APIKey != ""])
 	errc := make(chan error, 1)
@@ -135,6 +149,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if r.Body != http.NoBody {
+		r.Body = newDeadlineBody(w, r.Body, s.cfg.BodyTimeout)
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeError(w, ollama, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",
 			message: fmt.Sprintf("%s %s is not an endpoint of ctxd (OpenAI: /v1/chat/completions, /v1/completions, /v1/models; Ollama: /api/chat, /api/generate, /api/tags, /api/show, /api/version, /api/ps)", r.Method, r.URL.Path),
