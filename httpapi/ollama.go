@@ -118,9 +118,9 @@ func (s *Server) prepareOllamaChat(ctx context.Context, h http.Header, req *olla
 	if err != nil {
 		return nil, err
 	}
-	m, err := mi.tmpl.Render(msgs, tools)
+	m, err := mi.tmpl.RenderContext(ctx, msgs, tools)
 	if err != nil {
-		return nil, badRequest("rendering the conversation with template %s: %v", mi.tmpl.Name(), err)
+		return nil, renderError(mi.tmpl, err)
 	}
 	p, err := req.Options.params()
 	if err != nil {
