@@ -54,6 +54,8 @@ func startGuarded(t *testing.T, f *scripted, hc Config, setup func(*Server, net.
 	done := make(chan struct{})
 	go func() { defer close(done); s.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
+	<-s.primed
+	b.calls.Store(0) // the model described at start
 	return &guarded{s: s, b: b, addr: ln.Addr().String()}
 }
 

@@ -32,7 +32,7 @@ func TestTooManyMessagesRefusedFirst(t *testing.T) {
 			t.Errorf("%s: refusing took %v", path, d)
 		}
 	}
-	if n := g.b.calls.Load(); n > 1 { // the model's Status, once
+	if n := g.b.calls.Load(); n > 0 {
 		t.Errorf("the daemon was called %d times", n)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ctxd/ctxd/internal/chat"
@@ -95,16 +96,23 @@ func (s *Server) describe(st *pb.StatusReply) (*modelInfo, error) {
 	if fi, err := os.Stat(m.path); err == nil {
 		m.modified = fi.ModTime()
 	}
+	// A file that cannot be read now (out of descriptors, a transient I/O
+	// error) fails this request and is read again by the next one: only a
+	// template that is there and broken selects the fallback, for good.
 	info := chat.ModelInfo{}
-	if f, err := gguf.Open(m.path); err != nil {
+	f, err := s.openModel(m.path)
+	switch {
+	case err != nil && transientIO(err):
+		return nil, fmt.Errorf("%w: reading the model's chat template from %s (tried again at the next request): %w", protocol.ErrInternal, m.path, err)
+	case err != nil:
 		s.log.Warn("reading the model's chat template; using the fallback template", "path", m.path, "err", err)
-	} else {
+	default:
 		info = templateInfo(f)
 		m.arch = info.Architecture
 	}
 	t, err := chat.NewTemplate(info)
 	if err != nil && info.ChatTemplate != "" {
-		s.log.Warn("the model's chat template does not parse; using the fallback template", "err", err)
+		s.log.Error("the model's chat template is refused; using the fallback template", "err", err)
 		info.ChatTemplate = ""
 		t, err = chat.NewTemplate(info)
 	}
@@ -155,4 +163,15 @@ func (s *Server) noteError(err error) {
 	if errors.Is(err, protocol.ErrNoModel) {
 		s.models.forget()
 	}
+}
+
+// transientIO reports an error that passes by itself: out of descriptors
+// or memory, an interrupted or failed read.
+func transientIO(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOMEM, syscall.ENOBUFS, syscall.EINTR, syscall.EAGAIN, syscall.EIO} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

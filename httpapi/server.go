@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ctxd/ctxd/internal/gguf"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar"
 )
@@ -36,6 +37,9 @@ type Server struct {
 	table   *sessionTable
 	mux     *http.ServeMux
 	started time.Time
+	// openModel reads the model's GGUF header (gguf.Open; tests replace it).
+	openModel func(string) (*gguf.File, error)
+	primed    chan struct{} // closed once Serve has described the model (or failed to)
 
 	mu  sync.Mutex
 	hs    *http.Server
@@ -47,7 +51,7 @@ type Server struct {
 // New builds the door in front of backend.
 func New(backend Backend, cfg Config) *Server {
 	cfg.fill()
-	s := &Server{cfg: cfg, log: cfg.Logger.With("api", "http"), backend: backend, started: time.Now()}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("api", "http"), backend: backend, started: time.Now(), openModel: gguf.Open, primed: make(chan struct{})}
 	s.connID = backend.NewConnID()
 	s.peers = newPeerCheck(cfg.APIKey != "", s.log)
 	s.models = &modelCache{srv: s}
@@ -101,6 +105,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.hs, s.end, s.guard = hs, cancel, guard
 	s.mu.Unlock()
 	s.log.Info("serving HTTP (OpenAI and Ollama APIs)", "addr", ln.Addr().String(), "auth", map[bool]string{true: "api key", false: "loopback, same uid"}[s.cfg.APIKey != ""])
+	// The model's template is read and tried on sample conversations now,
+	// so a broken one is refused, with the reason, at start.
+	go func() {
+		defer close(s.primed)
+		if _, err := s.models.get(ctx); err != nil {
+			s.log.Debug("no model to describe yet", "err", err)
+		}
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	var err error
