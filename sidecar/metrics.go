@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"context"
 	"errors"
 	"fmt"
@@ -398,12 +399,23 @@ func (srv *Server) serveMetricsHTTP(ctx context.Context) error {
 	if addr == "" {
 		return nil
 	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: --metrics-addr %s: %w", ErrConfig, addr, err)
+	}
+	if ip := net.ParseIP(host); srv.cfg.MetricsKey == "" && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%w: --metrics-addr %s is not loopback: set an API key (--api-key) to serve /metrics to other hosts", ErrConfig, addr)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%w: --metrics-addr %s: %w", ErrConfig, addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(srv.metrics.reg, promhttp.HandlerOpts{}))
+	var h http.Handler = promhttp.HandlerFor(srv.metrics.reg, promhttp.HandlerOpts{})
+	if key := srv.cfg.MetricsKey; key != "" {
+		h = requireBearer(key, h)
+	}
+	mux.Handle("/metrics", h)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	srv.metrics.httpMu.Lock()
 	srv.metrics.httpAddr = ln.Addr().String()
@@ -431,4 +443,17 @@ func (srv *Server) sessionCount() int {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	return len(srv.sessions)
+}
+
+// requireBearer serves h only to requests carrying "Authorization: Bearer
+// key"; others get 401.
+func requireBearer(key string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(key)) != 1 {
+			http.Error(w, "missing or wrong API key: send Authorization: Bearer KEY", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

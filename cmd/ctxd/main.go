@@ -63,6 +63,9 @@ func run(args []string) int {
 		return 0
 	}
 	cfg := inv.cfg
+	for _, w := range cfg.unknownEnv(os.Environ()) {
+		fmt.Fprintf(os.Stderr, "ctxd: warning: %s\n", w)
+	}
 	if inv.printConfig {
 		cfg.print(os.Stdout)
 		return 0
