@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/internal/testmodel"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar"
 )
 

@@ -41,11 +41,11 @@ type Server struct {
 	openModel func(string) (*gguf.File, error)
 	primed    chan struct{} // closed once Serve has described the model (or failed to)
 
-	mu  sync.Mutex
+	mu    sync.Mutex
 	hs    *http.Server
 	guard *guardListener
-	wg  sync.WaitGroup // requests in flight
-	end context.CancelFunc
+	wg    sync.WaitGroup // requests in flight
+	end   context.CancelFunc
 }
 
 // New builds the door in front of backend.

@@ -2,8 +2,8 @@ package sidecar
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"math"
