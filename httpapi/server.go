@@ -187,6 +187,9 @@ func (s *Server) decodeBody(r *http.Request, v any) error {
 	case len(body) == 0:
 		return badRequest("empty request body: expected a JSON object")
 	}
+	if err := checkUnhonoured(r.URL.Path, body); err != nil {
+		return err
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
