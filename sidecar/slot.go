@@ -91,6 +91,19 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		return "", fmt.Errorf("%w: %w", protocol.ErrBadModel, err)
 	}
 	facts := m.Facts()
+	// A window of 0 or −1 (2^32−1 in the file) is a bad model; one past
+	// any real model's is capped, with a warning, before memory sizes the
+	// daemon after it (policy.PlausibleWindow).
+	window, capped, err := policy.PlausibleWindow(int64(facts.TrainedContext))
+	if err != nil {
+		m.Close()
+		return "", fmt.Errorf("%w: %s: %w", protocol.ErrBadModel, o.path, err)
+	}
+	if capped {
+		o.log("the model claims an implausible trained context; planning with a capped window (pass --window to set one)",
+			"claimed", facts.TrainedContext, "window", window)
+	}
+	facts.TrainedContext = window
 	pl := facts.Placement
 	if plan.device.Name != "" && pl.Device.Name == "" {
 		plan.reason = fmt.Sprintf("%s took no weights (llama.cpp reported no buffer on it): every layer on the CPU", plan.device.Name)

@@ -14,7 +14,15 @@ type Template struct {
 
 // Compile parses a Jinja template source string and returns a compiled
 // template that can be rendered multiple times with different data.
-func Compile(source string) (*Template, error) {
+//
+// A source the parser cannot handle (a panic in the parser) is an error
+// wrapping ErrPanic, never a crash.
+func Compile(source string) (t *Template, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			t, err = nil, fmt.Errorf("%w: parsing: %v", ErrPanic, r)
+		}
+	}()
 	segs, err := scan(source)
 	if err != nil {
 		return nil, fmt.Errorf("jinja scan: %w", err)
