@@ -87,6 +87,8 @@ type metrics struct {
 	// The Unix socket's accept loop: temporary errors (EMFILE...) it
 	// backed off from.
 	acceptErrors prometheus.Counter
+	// Parks refused because the arena's filesystem is full.
+	arenaNoSpace prometheus.Counter
 
 	arena atomic.Pointer[shm.Arena] // the loaded model's arena, or nil
 
@@ -119,6 +121,7 @@ func newMetrics(sessions func() int) *metrics {
 	m.coldWrite = f.hist("ctxd_cold_write_seconds", "SSD-tier writes (including their sync).")
 	m.coldReadBytes = f.counter("ctxd_cold_read_bytes_total", "Bytes read from the SSD tier.")
 	m.coldWriteBytes = f.counter("ctxd_cold_write_bytes_total", "Bytes written to the SSD tier.")
+	m.arenaNoSpace = f.counter("ctxd_arena_no_space_total", "Blocks the host-RAM arena could not take because its filesystem is full (they go to the SSD tier).")
 	m.acceptErrors = f.counter("ctxd_accept_errors_total", "Temporary accept errors on the Unix socket (out of descriptors, EMFILE/ENFILE, ...): the loop backed off and went on.")
 	m.fetchByID = map[string]prometheus.Observer{}
 	for _, t := range []string{TierArena, TierSSD} {
@@ -274,6 +277,10 @@ func (m *metrics) SSDRead(n int, d time.Duration) { m.ObserveColdRead(n, d) }
 
 // Parked counts a block parked in the arena (tiers.Observer).
 func (m *metrics) Parked() { m.arenaParked.Inc() }
+
+// ArenaNoSpace counts a block the arena could not take: its filesystem is
+// full (tiers' optional observer method).
+func (m *metrics) ArenaNoSpace() { m.arenaNoSpace.Inc() }
 
 // ArenaChanged records the loaded model's arena (tiers.Observer).
 func (m *metrics) ArenaChanged(a *shm.Arena) { m.setArena(a) }

@@ -64,6 +64,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	srv.metrics = newMetrics(srv.sessionCount)
 	srv.tiers = tiers.New(cfg.Logger, srv.metrics, cfg.Engine.BlobCodec())
+	srv.tiers.OnCapacityChange(srv.publishSlot) // an arena that cannot grow shows its real capacity
 	srv.slot = newSlot(cfg.Logger, srv.tiers)
 	srv.snaps = snapshot.New(cfg.Logger, srv.tiers, srv.metrics, cfg.AutoSnapshots)
 	srv.tiers.OpenSSD(ctx, cfg.ssdConfig())
