@@ -208,10 +208,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	var orphans []*tiers.OrphanTape
 	var maxID, maxSession uint64
 	if hc.Budget > 0 {
-		arenaBytes = o.cfg.ArenaBytes
-		if arenaBytes == 0 {
-			arenaBytes = usable / 4
-		}
+		arenaBytes = policy.ArenaBudget(o.cfg.ArenaBytes, usable)
 		compat := policy.CompatKey{ModelDigest: facts.Digest, Template: "blocks", KVType: o.kvType,
 			FlashAttention: o.flashAttention, ContextTokens: int64(cells), FormatVersion: formatVersion,
 			Backend: backendSettings(facts.Placement)}.String()
@@ -303,7 +300,7 @@ func (s *slot) makeResident(sess *session) error {
 	defer func() {
 		// A running mean of what switching sessions costs: the fair
 		// scheduler's quantum is derived from it (policy.EngineQuantum).
-		s.switchCost = (3*s.switchCost + time.Since(start)) / 4
+		s.switchCost = policy.SwitchCostEstimate(s.switchCost, time.Since(start))
 	}()
 	if cur := s.resident; cur != nil {
 		st, err := s.ectx.SaveSeq()

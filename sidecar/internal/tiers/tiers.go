@@ -13,6 +13,7 @@ import (
 
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/shm"
 )
@@ -104,9 +105,8 @@ func (t *Tiers) OpenSSD(ctx context.Context, cfg SSDConfig) {
 	t.ssd, t.ssdDir = st, dir
 }
 
-// derivedColdQuota is a quarter of the free space where the store lives
-// (its parent when the folder does not exist yet); 1 GiB when that cannot
-// be measured.
+// derivedColdQuota is policy.SSDQuota of the free space where the store
+// lives (its parent when the folder does not exist yet).
 func derivedColdQuota(dir string) int64 {
 	var fs unix.Statfs_t
 	for d := dir; ; d = filepath.Dir(d) {
@@ -114,11 +114,10 @@ func derivedColdQuota(dir string) int64 {
 			break
 		}
 		if d == filepath.Dir(d) {
-			return 1 << 30
+			return policy.SSDQuota(0, -1)
 		}
 	}
-	free := int64(fs.Bavail) * int64(fs.Bsize)
-	return max(free/4, 1)
+	return policy.SSDQuota(0, int64(fs.Bavail)*int64(fs.Bsize))
 }
 
 // SSD is the SSD tier, or nil when it is off.
