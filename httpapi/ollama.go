@@ -270,7 +270,7 @@ func (s *Server) serveOllama(w http.ResponseWriter, r *http.Request, t *chatTurn
 		}
 		held = false
 		s.table.release(ls, nil)
-		if ctx.Err() == nil {
+		if err, ok := s.streamCut(ctx, err); ok {
 			sw.send(map[string]any{"error": toAPIError(err).message})
 		}
 		return

@@ -580,7 +580,7 @@ func (s *Server) serveOpenAI(w http.ResponseWriter, r *http.Request, t *chatTurn
 		}
 		held = false
 		s.table.release(ls, nil)
-		if ctx.Err() == nil {
+		if err, ok := s.streamCut(ctx, err); ok {
 			ae := toAPIError(err)
 			sw.send(map[string]any{"error": map[string]any{"message": ae.message, "type": ae.typ, "code": ae.code}})
 			sw.raw([]byte("[DONE]"))

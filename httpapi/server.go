@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxd/ctxd/internal/gguf"
@@ -41,11 +42,14 @@ type Server struct {
 	openModel func(string) (*gguf.File, error)
 	primed    chan struct{} // closed once Serve has described the model (or failed to)
 
-	mu    sync.Mutex
-	hs    *http.Server
-	guard *guardListener
-	wg    sync.WaitGroup // requests in flight
-	end   context.CancelFunc
+	mu sync.Mutex
+	hs *http.Server
+	// stopping is set when Serve ends: a stream cut then ends with an
+	// error event (streamCut), not silently.
+	stopping atomic.Bool
+	guard    *guardListener
+	wg       sync.WaitGroup // requests in flight
+	end      context.CancelFunc
 }
 
 // New builds the door in front of backend.
@@ -90,7 +94,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	defer s.peers.close()
-	ctx, cancel := context.WithCancel(ctx)
+	// Requests derive from a context of the door's own, cancelled only
+	// after stopping is set: a stream cut by the shutdown knows why.
+	parent := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
 	guard := newGuardListener(ln, s.peers, s.log, s.cfg.MaxConns, s.cfg.MaxConnsPerPeer)
 	ln = guard
 	hs := &http.Server{
@@ -117,9 +124,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go func() { errc <- hs.Serve(ln) }()
 	var err error
 	select {
+	case <-parent.Done():
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	s.stopping.Store(true)
 	cancel() // requests in flight end: their contexts derive from ctx
 	t0 := time.Now()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -228,4 +237,22 @@ func writeError(w http.ResponseWriter, ollama bool, err error) {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
+}
+
+// ErrShuttingDown ends the streams in flight when ctxd stops.
+var ErrShuttingDown = errors.New("ctxd is shutting down")
+
+// streamCut says whether a stream that failed after its first bytes ends
+// with an error event (and, for OpenAI, [DONE]), and with which error: yes
+// when the client is still there — the turn failed, or ctxd is shutting
+// down (SIGTERM) — no when the client has gone.
+func (s *Server) streamCut(ctx context.Context, err error) (error, bool) {
+	switch {
+	case ctx.Err() == nil:
+		return err, true
+	case s.stopping.Load():
+		return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down",
+			message: "ctxd is shutting down; the response was cut short: retry when it is back", cause: ErrShuttingDown}, true
+	}
+	return err, false
 }
