@@ -52,6 +52,10 @@ func newSlot(log *slog.Logger, t *tiers.Tiers) *slot {
 // acquire takes the engine token, in turn, or gives up when ctx ends.
 func (s *slot) acquire(ctx context.Context) error { return s.token.acquire(ctx) }
 
+// acquireAs waits for the engine for a call of the session whose recent
+// engine use is u (the scheduler serves the least used first).
+func (s *slot) acquireAs(ctx context.Context, u *usage) error { return s.token.acquireAs(ctx, u) }
+
 func (s *slot) release() { s.token.release() }
 
 // loadOptions are the settings a model is loaded with.
