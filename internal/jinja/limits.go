@@ -4,7 +4,7 @@ package jinja
 // within limits, so a template from a downloaded model file cannot crash
 // or exhaust the process. Steps (nodes and expressions evaluated, loop
 // iterations) bound CPU time, the context bounds wall time (checked every
-// 1,024 steps), the depth of macro and caller calls bounds the Go stack
+// 256 steps), the depth of macro and caller calls bounds the Go stack
 // (a recursive macro otherwise ends in "fatal error: stack overflow",
 // which no recover catches), and MaxBytes bounds any string value and the
 // output, MaxItems any list and dict.
@@ -66,7 +66,7 @@ func (b *budget) step() error {
 	if b.steps > b.lim.MaxSteps {
 		return fmt.Errorf("%w: more than %d evaluation steps", ErrLimit, b.lim.MaxSteps)
 	}
-	if b.steps&1023 == 0 {
+	if b.steps&255 == 0 {
 		if err := b.ctx.Err(); err != nil {
 			return fmt.Errorf("%w: %w", ErrLimit, context.Cause(b.ctx))
 		}

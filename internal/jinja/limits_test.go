@@ -51,7 +51,7 @@ func TestRenderContextCancelled(t *testing.T) {
 	if !errors.Is(err, ErrLimit) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancelled render: %v", err)
 	}
-	if d := time.Since(t0); d > time.Second {
+	if d := time.Since(t0); d > 3*time.Second { // generous: the machine may be loaded
 		t.Errorf("took %v", d)
 	}
 }
