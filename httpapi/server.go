@@ -60,6 +60,9 @@ func New(backend Backend, cfg Config) *Server {
 	s.peers = newPeerCheck(cfg.APIKey != "", s.log)
 	s.models = &modelCache{srv: s}
 	s.table = newSessionTable(s)
+	if mc, ok := backend.(modelChanger); ok {
+		mc.OnModelChange(s.table.closeIdle)
+	}
 	s.mux = http.NewServeMux()
 	s.routes()
 	return s

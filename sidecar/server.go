@@ -34,6 +34,7 @@ type Server struct {
 	conns       map[uint64]*conn
 	nextConn    uint64
 	listener    net.Listener
+	modelChange []func(context.Context) // OnModelChange's hooks
 
 	metrics *metrics              // counters, gauges and timings (metrics.go)
 	fence   atomic.Pointer[error] // set when the lease is lost
