@@ -747,7 +747,7 @@ func (c *config) unknownEnv(environ []string) []string {
 	var out []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "CTXD_") || known[name] || testEnv[name] {
+		if !strings.HasPrefix(name, "CTXD_") || known[name] || testEnv[name] || strings.HasPrefix(name, "CTXD_TEST_") {
 			continue
 		}
 		key := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, "CTXD_")), "_", "-")
@@ -756,5 +756,6 @@ func (c *config) unknownEnv(environ []string) []string {
 	return out
 }
 
-// testEnv are CTXD_* variables of ctxd's tests and tools, not settings.
+// testEnv (and CTXD_TEST_*) are variables of ctxd's tests and tools, not
+// settings.
 var testEnv = map[string]bool{"CTXD_NEEDLE_MODEL": true, "CTXD_TRACES": true, "CTXD_TEST_LOG": true}

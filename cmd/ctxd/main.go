@@ -63,15 +63,15 @@ func run(args []string) int {
 		return 0
 	}
 	cfg := inv.cfg
-	for _, w := range cfg.unknownEnv(os.Environ()) {
-		fmt.Fprintf(os.Stderr, "ctxd: warning: %s\n", w)
-	}
 	if inv.printConfig {
 		cfg.print(os.Stdout)
 		return 0
 	}
 	log := newLogger(os.Stderr, cfg.logLevel, cfg.logFormat)
 	slog.SetDefault(log)
+	for _, w := range cfg.unknownEnv(os.Environ()) {
+		log.Warn("unknown environment variable: " + w)
+	}
 	if cfg.logLevel <= slog.LevelDebug {
 		llama.SetLogger(log)
 	}
