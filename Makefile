@@ -35,7 +35,7 @@ export CTXD_TRACES  := $(TRACES)
 # eBPF probes; ctxbench: benchmarks, evaluations, gen-model (links the engine).
 BINARIES := bin/ctxd bin/ctxctl bin/ctxtrace bin/ctxbench
 
-.PHONY: all build build-targets deps headers platform cgo-env test test-short test-fake vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
+.PHONY: all build build-targets deps headers platform cgo-env test test-short test-fake fuzz vet bench bench-synth bench-trace eval run generate install clean gpu test-gpu h200-pack
 
 all: build
 
@@ -126,6 +126,24 @@ test-short: headers
 test-fake: headers
 	$(GO) test -count=1 -run Fake ./sidecar/
 	$(GO) test -count=1 ./engine/ ./engine/enginefake/ ./sidecar/internal/... ./internal/layering/
+
+# fuzz runs every fuzz target for FUZZTIME each, one after another (CI
+# calls it): the chat-template sandbox and the HTTP request decoders. A
+# failing input is written under the package's testdata/fuzz and fails the
+# run. FUZZ_PARALLEL bounds the workers (default: every core).
+FUZZTIME ?= 20s
+FUZZ_PARALLEL ?= 0
+FUZZ_TARGETS := ./internal/jinja:FuzzRender \
+	./httpapi:FuzzOpenAIChatRequest ./httpapi:FuzzOpenAICompletionRequest \
+	./httpapi:FuzzOllamaChatRequest ./httpapi:FuzzOllamaGenerateRequest \
+	./httpapi:FuzzAnthropicRequest ./httpapi:FuzzResponsesRequest
+fuzz: headers
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg) for $(FUZZTIME)"; \
+		$(GO) test -count=1 -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) \
+			$$( [ "$(FUZZ_PARALLEL)" != 0 ] && echo -parallel $(FUZZ_PARALLEL) ) $$pkg; \
+	done
 
 # Benchmarks print ratios measured in one run; see docs/BENCHMARKS.md.
 BENCH_CTX ?= 8192

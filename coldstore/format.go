@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"syscall"
 	"time"
 )
 
@@ -171,7 +172,7 @@ func readFrame(f *os.File, size int64, magic string, withPayload bool, buf []byt
 
 // readFrameFile opens path and reads its frame (see readFrame).
 func readFrameFile(path, magic string, withPayload bool, buf []byte) (frame, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return frame{}, &fileError{kind: KindMissing, err: fmt.Errorf("%w: %w", ErrNotFound, err)}

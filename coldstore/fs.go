@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/ctxd/ctxd/internal/privdir"
 )
 
 // fileOps is the seam through which every write-side system call of a
@@ -109,7 +111,7 @@ func isDiskFull(err error) bool {
 
 // lockDir takes an exclusive, non-blocking flock on root/lock.
 func lockDir(root string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(root, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := privdir.OpenFile(filepath.Join(root, "lock"))
 	if err != nil {
 		return nil, fmt.Errorf("coldstore: lock file: %w", err)
 	}

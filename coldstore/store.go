@@ -216,8 +216,10 @@ func Open(ctx context.Context, cfg Config) (*Store, OpenReport, error) {
 	if err := privdir.Ensure(root); err != nil {
 		return nil, OpenReport{}, fmt.Errorf("coldstore: %w", err)
 	}
+	// Its folders too: a link at blocks/ or snapshots/ would make the
+	// store read, and set aside, another folder's files.
 	for _, d := range []string{s.blocksDir, s.snapsDir, s.quarDir} {
-		if err := os.Mkdir(d, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := privdir.Ensure(d); err != nil {
 			return nil, OpenReport{}, fmt.Errorf("coldstore: %w", err)
 		}
 	}
@@ -441,7 +443,10 @@ func (s *Store) writeBlock(ctx context.Context, key Key, meta BlockMeta, blob []
 
 // ensureDir creates a block subfolder (0700) and makes its entry durable.
 func (s *Store) ensureDir(dir string) error {
-	if _, err := os.Stat(dir); err == nil {
+	if st, err := os.Lstat(dir); err == nil {
+		if !st.IsDir() {
+			return fmt.Errorf("%w: %s is not a folder (%v)", ErrUnsafeFolder, dir, st.Mode().Type())
+		}
 		return nil
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {

@@ -283,9 +283,9 @@ func (s *Server) prepareAnthropic(ctx context.Context, h http.Header, req *antRe
 	if req.ToolChoice != nil && req.ToolChoice.Type == "none" {
 		tools = nil
 	}
-	m, err := mi.tmpl.Render(msgs, tools)
+	m, err := mi.tmpl.RenderContext(ctx, msgs, tools)
 	if err != nil {
-		return nil, badRequest("rendering the conversation with template %s: %v", mi.tmpl.Name(), err)
+		return nil, renderError(mi.tmpl, err)
 	}
 	var p decodeParams
 	if req.MaxTokens != nil {

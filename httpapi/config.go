@@ -26,6 +26,16 @@ type Config struct {
 	// prompt is prefilled (default 5 s; clients give up after 10 s or more
 	// of no parsed chunk in the worst case we know of).
 	KeepAlive time.Duration
+	// MaxConns caps the HTTP connections open at once (default 128) and
+	// MaxConnsPerPeer those of one user (default 32: agents keep a few);
+	// more are answered 503 and closed at once. ctxd's own uid keeps its
+	// share when other users fill the total.
+	MaxConns, MaxConnsPerPeer int
+	// HeaderTimeout bounds reading a request's headers (default 10 s),
+	// BodyTimeout its body (default 60 s), IdleTimeout the wait for the
+	// next request on a kept-alive connection (default 60 s). Responses
+	// have no deadline: a stream lasts as long as its generation.
+	HeaderTimeout, BodyTimeout, IdleTimeout time.Duration
 	// Version is ctxd's version (/api/version's ctxd_version).
 	Version string
 	Logger  *slog.Logger
@@ -44,6 +54,22 @@ func (c *Config) fill() {
 	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = 16
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = 128
+	}
+	if c.MaxConnsPerPeer <= 0 {
+		c.MaxConnsPerPeer = 32
+	}
+	c.MaxConnsPerPeer = min(c.MaxConnsPerPeer, c.MaxConns)
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = 10 * time.Second
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = 60 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 60 * time.Second
 	}
 	if c.KeepAlive <= 0 {
 		c.KeepAlive = 5 * time.Second

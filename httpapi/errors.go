@@ -14,6 +14,8 @@ var (
 	ErrForbidden    = errors.New("forbidden")
 	ErrUnauthorized = errors.New("unauthorized")
 	ErrNotFound     = errors.New("not found")
+	ErrTooManyConns = errors.New("too many connections")
+	ErrLimit        = errors.New("request over a limit")
 )
 
 // apiError is an error as both APIs report it: an HTTP status, and for

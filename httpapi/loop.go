@@ -155,7 +155,7 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, t *chatTurn, 
 		}
 		held = false
 		s.table.release(ls, nil)
-		if ctx.Err() == nil {
+		if err, ok := s.streamCut(ctx, err); ok {
 			if evs := d.failure(err); len(evs) > 0 {
 				sw.send(evs...)
 			}

@@ -92,15 +92,19 @@ func (s *Server) describe(st *pb.StatusReply) (*modelInfo, error) {
 		m.modified = fi.ModTime()
 	}
 	// The chat template comes from the engine's facts of the model (the
-	// daemon read it with the model); the door never opens the file.
-	var info chat.ModelInfo
-	if f, ok := s.backend.ModelFacts(); ok {
-		info = chat.ModelInfo{ChatTemplate: f.ChatTemplate, Architecture: f.Architecture, BOS: f.BOSText, EOS: f.EOSText}
-		m.arch = f.Architecture
+	// daemon read it with the model); the door never opens the file. Facts
+	// not available now (a model being swapped) fail this request and are
+	// asked again by the next: only a template that is there and broken
+	// selects the fallback, for the model's life.
+	f, ok := s.backend.ModelFacts()
+	if !ok {
+		return nil, fmt.Errorf("%w: the loaded model's facts are not available yet (asked again at the next request)", protocol.ErrNoModel)
 	}
+	info := chat.ModelInfo{ChatTemplate: f.ChatTemplate, Architecture: f.Architecture, BOS: f.BOSText, EOS: f.EOSText}
+	m.arch = f.Architecture
 	t, err := chat.NewTemplate(info)
 	if err != nil && info.ChatTemplate != "" {
-		s.log.Warn("the model's chat template does not parse; using the fallback template", "err", err)
+		s.log.Error("the model's chat template is refused; using the fallback template", "err", err)
 		info.ChatTemplate = ""
 		t, err = chat.NewTemplate(info)
 	}

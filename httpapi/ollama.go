@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/ctxd/ctxd/internal/chat"
@@ -117,9 +118,9 @@ func (s *Server) prepareOllamaChat(ctx context.Context, h http.Header, req *olla
 	if err != nil {
 		return nil, err
 	}
-	m, err := mi.tmpl.Render(msgs, tools)
+	m, err := mi.tmpl.RenderContext(ctx, msgs, tools)
 	if err != nil {
-		return nil, badRequest("rendering the conversation with template %s: %v", mi.tmpl.Name(), err)
+		return nil, renderError(mi.tmpl, err)
 	}
 	p, err := req.Options.params()
 	if err != nil {
@@ -209,7 +210,7 @@ func (s *Server) ollamaShow(w http.ResponseWriter, r *http.Request) {
 	}
 	tag := s.ollamaTag(mi)
 	writeJSON(w, map[string]any{
-		"modelfile":  fmt.Sprintf("FROM %s\n", mi.path),
+		"modelfile":  fmt.Sprintf("FROM %s\n", filepath.Base(mi.path)), // the file's name only: where it lives is the host's business
 		"parameters": fmt.Sprintf("num_ctx %d", mi.contextLength()),
 		"template":   mi.tmpl.Name(),
 		"details":    tag["details"],
@@ -247,7 +248,9 @@ func (s *Server) ollamaPS(w http.ResponseWriter, r *http.Request) {
 	tag["context_length"] = mi.contextLength()
 	var sessions []any
 	for _, ls := range s.table.snapshot() {
-		sessions = append(sessions, map[string]any{"session": ls.id, "key": ls.key, "busy": ls.users > 0, "last_used": ls.lastUsed.UTC().Format(time.RFC3339Nano)})
+		// Session keys (a client's prompt_cache_key, user or header) are
+		// not shown: one client must not learn another's.
+		sessions = append(sessions, map[string]any{"session": ls.id, "busy": ls.users > 0, "last_used": ls.lastUsed.UTC().Format(time.RFC3339Nano)})
 	}
 	tag["ctxd_sessions"] = sessions
 	writeJSON(w, map[string]any{"models": []any{tag}})

@@ -326,9 +326,9 @@ func (s *Server) prepareOpenAIChat(ctx context.Context, h http.Header, req *oaiC
 	if string(req.ToolChoice) == `"none"` {
 		tools = nil
 	}
-	m, err := mi.tmpl.Render(msgs, tools)
+	m, err := mi.tmpl.RenderContext(ctx, msgs, tools)
 	if err != nil {
-		return nil, badRequest("rendering the conversation with template %s: %v", mi.tmpl.Name(), err)
+		return nil, renderError(mi.tmpl, err)
 	}
 	p, err := openAIParams(req.MaxTokens, req.MaxCompletionTokens, req.Temperature, req.TopP, req.TopK, req.Seed, req.Stop)
 	if err != nil {

@@ -33,12 +33,21 @@ func TestSocketUID(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		uid, err := socketUID(s.RemoteAddr().(*net.TCPAddr), s.LocalAddr().(*net.TCPAddr))
+		d, err := openDiag()
+		if err != nil {
+			t.Skipf("inet_diag unavailable here: %v", err)
+		}
+		o, err := d.lookup(s.RemoteAddr().(*net.TCPAddr), s.LocalAddr().(*net.TCPAddr))
+		d.close()
 		s.Close()
 		c.Close()
 		ln.Close()
 		if err != nil {
 			t.Skipf("inet_diag unavailable here: %v", err)
+		}
+		uid := o.uid
+		if !o.open {
+			t.Errorf("%s: an open socket reported closed", addr)
 		}
 		if int(uid) != os.Getuid() {
 			t.Errorf("%s: peer socket uid %d, we are %d", addr, uid, os.Getuid())

@@ -267,9 +267,9 @@ func (s *Server) prepareResponses(ctx context.Context, h http.Header, req *respR
 	if string(req.ToolChoice) == `"none"` {
 		tools = nil
 	}
-	m, err := mi.tmpl.Render(msgs, tools)
+	m, err := mi.tmpl.RenderContext(ctx, msgs, tools)
 	if err != nil {
-		return nil, nil, badRequest("rendering the conversation with template %s: %v", mi.tmpl.Name(), err)
+		return nil, nil, renderError(mi.tmpl, err)
 	}
 	var p decodeParams
 	if req.MaxOutputTokens != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ctxd/ctxd/engine"
@@ -43,21 +44,29 @@ type Server struct {
 	table   *sessionTable
 	mux     *http.ServeMux
 	started time.Time
+	primed  chan struct{} // closed once Serve has described the model (or failed to)
 
-	mu  sync.Mutex
-	hs  *http.Server
-	wg  sync.WaitGroup // requests in flight
-	end context.CancelFunc
+	mu sync.Mutex
+	hs *http.Server
+	// stopping is set when Serve ends: a stream cut then ends with an
+	// error event (streamCut), not silently.
+	stopping atomic.Bool
+	guard    *guardListener
+	wg       sync.WaitGroup // requests in flight
+	end      context.CancelFunc
 }
 
 // New builds the door in front of backend.
 func New(backend Backend, cfg Config) *Server {
 	cfg.fill()
-	s := &Server{cfg: cfg, log: cfg.Logger.With("api", "http"), backend: backend, started: time.Now()}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("api", "http"), backend: backend, started: time.Now(), primed: make(chan struct{})}
 	s.connID = backend.NewConnID()
 	s.peers = newPeerCheck(cfg.APIKey != "", s.log)
 	s.models = &modelCache{srv: s}
 	s.table = newSessionTable(s)
+	if mc, ok := backend.(modelChanger); ok {
+		mc.OnModelChange(s.table.closeIdle)
+	}
 	s.mux = http.NewServeMux()
 	s.routes()
 	return s
@@ -76,31 +85,57 @@ func (s *Server) Listen() (net.Listener, error) {
 	if s.cfg.APIKey == "" && !isLoopbackHost(host) {
 		return nil, fmt.Errorf("%w: http address %s is not loopback: set an API key (--api-key or CTXD_API_KEY) to serve other hosts", ErrForbidden, s.cfg.Addr)
 	}
+	if err := s.peers.start(); err != nil {
+		return nil, err
+	}
 	return net.Listen("tcp", s.cfg.Addr)
 }
 
 // Serve answers HTTP on ln until ctx ends; then it stops accepting,
 // cancels requests in flight and closes the door's sessions.
+// Every connection passes the peer check and the connection caps when it
+// is accepted, before a byte of it is read (listener.go).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	ctx, cancel := context.WithCancel(ctx)
+	if err := s.peers.start(); err != nil {
+		ln.Close()
+		return err
+	}
+	defer s.peers.close()
+	// Requests derive from a context of the door's own, cancelled only
+	// after stopping is set: a stream cut by the shutdown knows why.
+	parent := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(parent))
+	guard := newGuardListener(ln, s.peers, s.log, s.cfg.MaxConns, s.cfg.MaxConnsPerPeer)
+	ln = guard
 	hs := &http.Server{
 		Handler:           s.Handler(),
-		ReadHeaderTimeout: 30 * time.Second,
-		ConnContext:       s.peers.connContext,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ConnContext:       markAdmitted,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	s.mu.Lock()
-	s.hs, s.end = hs, cancel
+	s.hs, s.end, s.guard = hs, cancel, guard
 	s.mu.Unlock()
 	s.log.Info("serving HTTP (OpenAI and Ollama APIs)", "addr", ln.Addr().String(), "auth", map[bool]string{true: "api key", false: "loopback, same uid"}[s.cfg.APIKey != ""])
+	// The model's template is read and tried on sample conversations now,
+	// so a broken one is refused, with the reason, at start.
+	go func() {
+		defer close(s.primed)
+		if _, err := s.models.get(ctx); err != nil {
+			s.log.Debug("no model to describe yet", "err", err)
+		}
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	var err error
 	select {
+	case <-parent.Done():
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	s.stopping.Store(true)
 	cancel() // requests in flight end: their contexts derive from ctx
 	t0 := time.Now()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -146,6 +181,9 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
+	if r.Body != http.NoBody {
+		r.Body = newDeadlineBody(w, r.Body, s.cfg.BodyTimeout)
+	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
 		writeErr(w, &apiError{status: http.StatusNotFound, typ: "invalid_request_error", code: "not_found",
 			message: fmt.Sprintf("%s %s is not an endpoint of ctxd (OpenAI: /v1/chat/completions, /v1/completions, /v1/responses, /v1/models; Anthropic: /v1/messages, /v1/messages/count_tokens; Ollama: /api/chat, /api/generate, /api/tags, /api/show, /api/version, /api/ps)", r.Method, r.URL.Path),
@@ -173,6 +211,9 @@ func (s *Server) decodeBody(r *http.Request, v any) error {
 		return badRequest("reading the request body: %v", err)
 	case len(body) == 0:
 		return badRequest("empty request body: expected a JSON object")
+	}
+	if err := checkUnhonoured(r.URL.Path, body); err != nil {
+		return err
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		var se *json.SyntaxError
@@ -224,4 +265,22 @@ func writeError(w http.ResponseWriter, ollama bool, err error) {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(v)
+}
+
+// ErrShuttingDown ends the streams in flight when ctxd stops.
+var ErrShuttingDown = errors.New("ctxd is shutting down")
+
+// streamCut says whether a stream that failed after its first bytes ends
+// with an error event (and, for OpenAI, [DONE]), and with which error: yes
+// when the client is still there — the turn failed, or ctxd is shutting
+// down (SIGTERM) — no when the client has gone.
+func (s *Server) streamCut(ctx context.Context, err error) (error, bool) {
+	switch {
+	case ctx.Err() == nil:
+		return err, true
+	case s.stopping.Load():
+		return &apiError{status: http.StatusServiceUnavailable, typ: "server_error", code: "shutting_down",
+			message: "ctxd is shutting down; the response was cut short: retry when it is back", cause: ErrShuttingDown}, true
+	}
+	return err, false
 }

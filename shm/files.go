@@ -20,7 +20,7 @@ import (
 // same process, and the kernel drops the lock when the holder dies (no
 // stale lock after kill -9).
 func lockDir(dir string) (*os.File, error) {
-	f, err := os.Open(dir)
+	f, err := os.OpenFile(dir, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_DIRECTORY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("shm: lock: %w", err)
 	}
@@ -60,7 +60,7 @@ func removeTemps(dir string) {
 func setAside(dir, path string, cause error) SetAsideFile {
 	q := filepath.Join(dir, quarantineName)
 	rec := SetAsideFile{Path: path, Err: cause}
-	if err := os.MkdirAll(q, 0o700); err != nil {
+	if err := privdir.Ensure(q); err != nil {
 		rec.Err = errors.Join(cause, fmt.Errorf("quarantine: %w", err))
 		os.Remove(path) // never leave it where Open would read it again
 		return rec
@@ -144,7 +144,7 @@ func syncDir(dir string) {
 // size is the length the caller expects; a file of another size is an
 // error (the caller sets it aside).
 func mapFile(path string, size int64) (*os.File, mmap.MMap, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, nil, err
 	}

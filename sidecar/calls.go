@@ -118,7 +118,7 @@ func (srv *Server) withSession(ctx context.Context, connID, id uint64, f func(*s
 		return fmt.Errorf("%w: session %d has a call in flight", protocol.ErrSessionBusy, id)
 	}
 	defer sess.busy.Unlock()
-	if err := srv.slot.acquire(ctx); err != nil {
+	if err := srv.slot.acquireAs(ctx, &sess.use); err != nil {
 		return fmt.Errorf("%w: waiting for the engine: %w", protocol.ErrCancelled, err)
 	}
 	defer srv.slot.release()

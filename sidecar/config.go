@@ -51,6 +51,9 @@ type Config struct {
 	RecentTokens int    // recent window; 0 = HotTokens/4
 	ArenaBytes   int64  // host-RAM arena budget; 0 = a quarter of available RAM
 	MetricsAddr  string // --metrics-addr: serve /metrics over HTTP here ("" = off)
+	// MetricsKey, when set, is required on /metrics as "Authorization:
+	// Bearer KEY"; a MetricsAddr that is not loopback needs it.
+	MetricsKey string
 
 	// Scorers ranks parked blocks for retrieval: "both" (the default:
 	// lexical and attention, fused; lexical alone on an engine without

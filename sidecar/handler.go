@@ -3,6 +3,7 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ctxd/ctxd/policy"
@@ -182,6 +183,7 @@ func (srv *Server) loadModel(ctx context.Context, r *pb.LoadModelRequest) (*pb.L
 	if r.GetPath() == "" || r.GetContextTokens() < 0 {
 		return nil, fmt.Errorf("%w: load_model needs a path and a non-negative context", protocol.ErrInvalidArgument)
 	}
+	srv.beforeModelChange(ctx)
 	if err := srv.slot.acquire(ctx); err != nil {
 		return nil, err
 	}
@@ -217,6 +219,7 @@ func (srv *Server) loadLocked(ctx context.Context, path string, ctxTokens int) e
 }
 
 func (srv *Server) unloadModel(ctx context.Context) error {
+	srv.beforeModelChange(ctx)
 	if err := srv.slot.acquire(ctx); err != nil {
 		return err
 	}
@@ -227,4 +230,23 @@ func (srv *Server) unloadModel(ctx context.Context) error {
 	srv.slot.unload()
 	srv.publishSlot()
 	return nil
+}
+
+// OnModelChange registers f, run before a model is loaded or unloaded,
+// outside the engine token: an in-process front door (the HTTP API) closes
+// the sessions it keeps between requests, which would otherwise hold the
+// model slot (ErrModelBusy) for good.
+func (srv *Server) OnModelChange(f func(context.Context)) {
+	srv.mu.Lock()
+	srv.modelChange = append(srv.modelChange, f)
+	srv.mu.Unlock()
+}
+
+func (srv *Server) beforeModelChange(ctx context.Context) {
+	srv.mu.Lock()
+	fs := slices.Clone(srv.modelChange)
+	srv.mu.Unlock()
+	for _, f := range fs {
+		f(ctx)
+	}
 }

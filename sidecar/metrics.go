@@ -3,6 +3,7 @@ package sidecar
 import (
 	"bytes"
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"math"
@@ -83,6 +84,12 @@ type metrics struct {
 	coldRead, coldWrite           prometheus.Histogram
 	coldReadBytes, coldWriteBytes prometheus.Counter
 
+	// The Unix socket's accept loop: temporary errors (EMFILE...) it
+	// backed off from.
+	acceptErrors prometheus.Counter
+	// Parks refused because the arena's filesystem is full.
+	arenaNoSpace prometheus.Counter
+
 	arena atomic.Pointer[shm.Arena] // the loaded model's arena, or nil
 
 	httpMu   sync.Mutex
@@ -114,6 +121,8 @@ func newMetrics(sessions func() int) *metrics {
 	m.coldWrite = f.hist("ctxd_cold_write_seconds", "SSD-tier writes (including their sync).")
 	m.coldReadBytes = f.counter("ctxd_cold_read_bytes_total", "Bytes read from the SSD tier.")
 	m.coldWriteBytes = f.counter("ctxd_cold_write_bytes_total", "Bytes written to the SSD tier.")
+	m.arenaNoSpace = f.counter("ctxd_arena_no_space_total", "Blocks the host-RAM arena could not take because its filesystem is full (they go to the SSD tier).")
+	m.acceptErrors = f.counter("ctxd_accept_errors_total", "Temporary accept errors on the Unix socket (out of descriptors, EMFILE/ENFILE, ...): the loop backed off and went on.")
 	m.fetchByID = map[string]prometheus.Observer{}
 	for _, t := range []string{TierArena, TierSSD} {
 		m.fetchByID[t] = m.fetch.WithLabelValues(t)
@@ -269,6 +278,10 @@ func (m *metrics) SSDRead(n int, d time.Duration) { m.ObserveColdRead(n, d) }
 // Parked counts a block parked in the arena (tiers.Observer).
 func (m *metrics) Parked() { m.arenaParked.Inc() }
 
+// ArenaNoSpace counts a block the arena could not take: its filesystem is
+// full (tiers' optional observer method).
+func (m *metrics) ArenaNoSpace() { m.arenaNoSpace.Inc() }
+
 // ArenaChanged records the loaded model's arena (tiers.Observer).
 func (m *metrics) ArenaChanged(a *shm.Arena) { m.setArena(a) }
 
@@ -393,12 +406,23 @@ func (srv *Server) serveMetricsHTTP(ctx context.Context) error {
 	if addr == "" {
 		return nil
 	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: --metrics-addr %s: %w", ErrConfig, addr, err)
+	}
+	if ip := net.ParseIP(host); srv.cfg.MetricsKey == "" && host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%w: --metrics-addr %s is not loopback: set an API key (--api-key) to serve /metrics to other hosts", ErrConfig, addr)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("%w: --metrics-addr %s: %w", ErrConfig, addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(srv.metrics.reg, promhttp.HandlerOpts{}))
+	var h http.Handler = promhttp.HandlerFor(srv.metrics.reg, promhttp.HandlerOpts{})
+	if key := srv.cfg.MetricsKey; key != "" {
+		h = requireBearer(key, h)
+	}
+	mux.Handle("/metrics", h)
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	srv.metrics.httpMu.Lock()
 	srv.metrics.httpAddr = ln.Addr().String()
@@ -426,4 +450,17 @@ func (srv *Server) sessionCount() int {
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
 	return len(srv.sessions)
+}
+
+// requireBearer serves h only to requests carrying "Authorization: Bearer
+// key"; others get 401.
+func requireBearer(key string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(key)) != 1 {
+			http.Error(w, "missing or wrong API key: send Authorization: Bearer KEY", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }

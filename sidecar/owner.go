@@ -32,11 +32,14 @@ type ownerLock struct {
 }
 
 func acquireOwner(dataDir string) (*ownerLock, error) {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	// The data directory and its lock file are private: never a symbolic
+	// link, never another uid's, the folder 0700 and the file 0600 with a
+	// single link (privdir), so ctxd never writes its pid through a link.
+	if err := privdir.Ensure(dataDir); err != nil {
 		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	path := filepath.Join(dataDir, "ctxd.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := privdir.OpenFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("lock file: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ctxd/ctxd/internal/acceptloop"
 	"github.com/ctxd/ctxd/internal/privdir"
 	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
@@ -33,6 +34,7 @@ type Server struct {
 	conns       map[uint64]*conn
 	nextConn    uint64
 	listener    net.Listener
+	modelChange []func(context.Context) // OnModelChange's hooks
 
 	metrics *metrics              // counters, gauges and timings (metrics.go)
 	fence   atomic.Pointer[error] // set when the lease is lost
@@ -63,6 +65,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	srv.metrics = newMetrics(srv.sessionCount)
 	srv.tiers = tiers.New(cfg.Logger, srv.metrics, cfg.Engine.BlobCodec())
+	srv.tiers.OnCapacityChange(srv.publishSlot) // an arena that cannot grow shows its real capacity
 	srv.slot = newSlot(cfg.Logger, srv.tiers)
 	srv.snaps = snapshot.New(cfg.Logger, srv.tiers, srv.metrics, cfg.AutoSnapshots)
 	srv.tiers.OpenSSD(ctx, cfg.ssdConfig())
@@ -130,7 +133,9 @@ func (srv *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	srv.log.Info("serving", "socket", ln.Addr().String(), "data_dir", srv.cfg.DataDir)
-	var tempDelay time.Duration
+	// Out of descriptors (EMFILE, ENFILE) and the like pass: the loop
+	// backs off and goes on, it never exits for them.
+	backoff := acceptloop.Backoff{Log: srv.log, What: "unix socket"}
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -142,15 +147,16 @@ func (srv *Server) Serve(ctx context.Context, ln net.Listener) error {
 				}
 				return nil
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				tempDelay = min(max(2*tempDelay, 5*time.Millisecond), time.Second)
-				time.Sleep(tempDelay)
+			if acceptloop.Temporary(err) && backoff.Wait(err, ctx.Done()) {
+				srv.metrics.acceptErrors.Inc()
 				continue
+			}
+			if ctx.Err() != nil {
+				continue // the loop's exit above
 			}
 			return err
 		}
-		tempDelay = 0
+		backoff.Reset()
 		srv.wg.Add(1)
 		go func() {
 			defer srv.wg.Done()

@@ -19,6 +19,7 @@ type session struct {
 	name   string
 	connID uint64
 	busy   sync.Mutex // one call at a time (TryLock → ErrSessionBusy)
+	use    usage      // recent engine time, for the scheduler (turns.go; guarded by its lock)
 
 	// Guarded by the slot token.
 	tape     layout.Tape      // the tokens, their spans, what the engine holds of them (the layout writes it)

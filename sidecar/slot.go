@@ -52,6 +52,10 @@ func newSlot(log *slog.Logger, t *tiers.Tiers) *slot {
 // acquire takes the engine token, in turn, or gives up when ctx ends.
 func (s *slot) acquire(ctx context.Context) error { return s.token.acquire(ctx) }
 
+// acquireAs waits for the engine for a call of the session whose recent
+// engine use is u (the scheduler serves the least used first).
+func (s *slot) acquireAs(ctx context.Context, u *usage) error { return s.token.acquireAs(ctx, u) }
+
 func (s *slot) release() { s.token.release() }
 
 // loadOptions are the settings a model is loaded with.
@@ -91,6 +95,19 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		return "", fmt.Errorf("%w: %w", protocol.ErrBadModel, err)
 	}
 	facts := m.Facts()
+	// A window of 0 or −1 (2^32−1 in the file) is a bad model; one past
+	// any real model's is capped, with a warning, before memory sizes the
+	// daemon after it (policy.PlausibleWindow).
+	window, capped, err := policy.PlausibleWindow(int64(facts.TrainedContext))
+	if err != nil {
+		m.Close()
+		return "", fmt.Errorf("%w: %s: %w", protocol.ErrBadModel, o.path, err)
+	}
+	if capped {
+		o.log("the model claims an implausible trained context; planning with a capped window (pass --window to set one)",
+			"claimed", facts.TrainedContext, "window", window)
+	}
+	facts.TrainedContext = window
 	pl := facts.Placement
 	if plan.device.Name != "" && pl.Device.Name == "" {
 		plan.reason = fmt.Sprintf("%s took no weights (llama.cpp reported no buffer on it): every layer on the CPU", plan.device.Name)
@@ -195,10 +212,7 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 	var orphans []*tiers.OrphanTape
 	var maxID, maxSession uint64
 	if hc.Budget > 0 {
-		arenaBytes = o.cfg.ArenaBytes
-		if arenaBytes == 0 {
-			arenaBytes = usable / 4
-		}
+		arenaBytes = policy.ArenaBudget(o.cfg.ArenaBytes, usable)
 		compat := policy.CompatKey{ModelDigest: facts.Digest, Template: "blocks", KVType: o.kvType,
 			FlashAttention: o.flashAttention, ContextTokens: int64(cells), FormatVersion: formatVersion,
 			Backend: backendSettings(facts.Placement)}.String()
@@ -290,7 +304,7 @@ func (s *slot) makeResident(sess *session) error {
 	defer func() {
 		// A running mean of what switching sessions costs: the fair
 		// scheduler's quantum is derived from it (policy.EngineQuantum).
-		s.switchCost = (3*s.switchCost + time.Since(start)) / 4
+		s.switchCost = policy.SwitchCostEstimate(s.switchCost, time.Since(start))
 	}()
 	if cur := s.resident; cur != nil {
 		st, err := s.ectx.SaveSeq()

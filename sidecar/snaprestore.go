@@ -54,11 +54,8 @@ func (srv *Server) restoreInto(ctx context.Context, sess *session, snap coldstor
 	rep.Tokens = int64(sess.tape.Len())
 	rep.CompressedBytes = ssd.Stats().ReadBytes - readBefore
 	rep.ElapsedUs = time.Since(start).Microseconds()
-	if secs := time.Since(start).Seconds(); rep.CompressedBytes > 0 && secs > 0 {
-		// A running estimate of what the SSD tier delivers.
-		bps := float64(rep.CompressedBytes) / secs
-		f.readBPS = 0.5*f.readBPS + 0.5*max(bps, 1e6)
-	}
+	// A running estimate of what the SSD tier delivers.
+	f.readBPS = policy.ReadRateEstimate(f.readBPS, rep.CompressedBytes, time.Since(start))
 	sess.lastRestore = rep
 	return rep, nil
 }

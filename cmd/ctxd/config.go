@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -75,6 +76,7 @@ func (c *config) serverConfig() sidecar.Config {
 	if c.noRetrieval {
 		sc.Scorers = policy.ScorerNone.String()
 	}
+	sc.MetricsKey = c.http.APIKey
 	return sc
 }
 
@@ -127,7 +129,7 @@ func newConfig() *config {
 		bind("reuse", "KV reuse past an early change in the prompt (dense sessions): auto (unchanged segments moved into place, approximate, only when prefilling them again would miss reuse-latency; part of each recomputed) or exact (never: bit-exact with a cold prefill)", &sc.Reuse, reuseCodec, nil),
 		bind("reuse-latency", "the turn latency segment reuse weighs (0: turn-latency)", &sc.ReuseLatency, durationCodec, nil),
 		bind("http", "serve the OpenAI- and Ollama-compatible HTTP API at this host:port (off: none; a non-loopback address needs api-key)", &c.http.Addr, stringCodec, notEmpty),
-		secret(bind("api-key", "require this Bearer token on HTTP requests, and allow non-loopback peers (empty: loopback peers of ctxd's uid only)", &c.http.APIKey, stringCodec, nil)),
+		secret(bind("api-key", "require this Bearer token on HTTP requests, and allow non-loopback peers (empty: loopback peers of ctxd's uid only)", &c.http.APIKey, stringCodec, apiKeyCheck)),
 		bind("model-name", "model id the HTTP API reports and accepts (empty: the GGUF file's stem)", &c.http.ModelName, stringCodec, nil),
 		bind("http-sessions", "live HTTP sessions kept; the least recently used idle one is closed (and snapshotted) first", &c.http.MaxSessions, intCodec, positive),
 		bind("metrics-addr", "serve Prometheus /metrics over HTTP at this host:port, e.g. 127.0.0.1:9464 (empty: off)", &sc.MetricsAddr, stringCodec, nil),
@@ -546,6 +548,24 @@ func positiveDuration(v time.Duration) error {
 	return nil
 }
 
+// minAPIKey is the shortest API key ctxd accepts: a blank or one-letter
+// key guards nothing.
+const minAPIKey = 8
+
+func apiKeyCheck(s string) error {
+	switch {
+	case s == "":
+		return nil // no key
+	case strings.TrimSpace(s) == "":
+		return errors.New("blank: set a real key, or leave it empty for none")
+	case strings.TrimSpace(s) != s:
+		return errors.New("has leading or trailing spaces")
+	case len(s) < minAPIKey:
+		return fmt.Errorf("%d characters: an API key needs at least %d", len(s), minAPIKey)
+	}
+	return nil
+}
+
 func notEmpty(s string) error {
 	if s == "" {
 		return errors.New("must not be empty")
@@ -568,7 +588,7 @@ func oneOf(allowed ...string) func(string) error {
 // when explicit (named by --config or CTXD_CONFIG).
 func (c *config) loadFile(path string, explicit bool) error {
 	c.file = path
-	b, err := os.ReadFile(path)
+	b, err := readConfigFile(path)
 	if errors.Is(err, fs.ErrNotExist) && !explicit {
 		return nil
 	}
@@ -706,3 +726,52 @@ func (c *config) print(w io.Writer) {
 		fmt.Fprintf(w, "%-*s = %-*s  # %s\n", kw, s.key, vw, vals[i], s.source)
 	}
 }
+
+// maxConfigBytes bounds a config file (real ones are a few hundred bytes).
+const maxConfigBytes = 1 << 20
+
+// readConfigFile reads a config file that is a regular file of at most
+// maxConfigBytes: a FIFO or a device (/dev/zero) is refused at once
+// instead of hanging or filling memory.
+func readConfigFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file (%v)", path, st.Mode().Type())
+	}
+	if st.Size() > maxConfigBytes {
+		return nil, fmt.Errorf("%s is %d bytes, over %d", path, st.Size(), maxConfigBytes)
+	}
+	return io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+}
+
+// unknownEnv lists the CTXD_* variables of environ that name no setting,
+// each with the closest one when one is close: a misspelt variable
+// (CTXD_API_KY) would otherwise be ignored silently.
+func (c *config) unknownEnv(environ []string) []string {
+	known := map[string]bool{"CTXD_CONFIG": true}
+	for _, s := range c.settings {
+		known[s.envVar()] = true
+	}
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "CTXD_") || known[name] || testEnv[name] || strings.HasPrefix(name, "CTXD_TEST_") {
+			continue
+		}
+		key := strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, "CTXD_")), "_", "-")
+		out = append(out, fmt.Sprintf("%s is not a ctxd setting%s", name, c.suggest(key)))
+	}
+	return out
+}
+
+// testEnv (and CTXD_TEST_*) are variables of ctxd's tests and tools, not
+// settings.
+var testEnv = map[string]bool{"CTXD_NEEDLE_MODEL": true, "CTXD_TRACES": true, "CTXD_TEST_LOG": true}

@@ -46,17 +46,17 @@ func TestHotDefaults(t *testing.T) {
 
 // TestHTTPSettings: the HTTP keys, and the API key never printed.
 func TestHTTPSettings(t *testing.T) {
-	inv, err := parse(t, envMap{"CTXD_API_KEY": "sekret"}, "--http", "127.0.0.1:9999", "--model-name", "qwen-local", "--http-sessions", "4")
+	inv, err := parse(t, envMap{"CTXD_API_KEY": "sekret-key"}, "--http", "127.0.0.1:9999", "--model-name", "qwen-local", "--http-sessions", "4")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := inv.cfg.http
-	if h.Addr != "127.0.0.1:9999" || h.APIKey != "sekret" || h.ModelName != "qwen-local" || h.MaxSessions != 4 {
+	if h.Addr != "127.0.0.1:9999" || h.APIKey != "sekret-key" || h.ModelName != "qwen-local" || h.MaxSessions != 4 {
 		t.Errorf("http config %+v", h)
 	}
 	var out bytes.Buffer
 	inv.cfg.print(&out)
-	if strings.Contains(out.String(), "sekret") || !regexp.MustCompile(`(?m)^api-key +=\s+"\(set\)"`).MatchString(out.String()) {
+	if strings.Contains(out.String(), "sekret-key") || !regexp.MustCompile(`(?m)^api-key +=\s+"\(set\)"`).MatchString(out.String()) {
 		t.Errorf("print-config shows the key or not its presence:\n%s", out.String())
 	}
 	inv, _ = parse(t, envMap{})

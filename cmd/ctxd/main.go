@@ -69,6 +69,9 @@ func run(args []string) int {
 	}
 	log := newLogger(os.Stderr, cfg.logLevel, cfg.logFormat)
 	slog.SetDefault(log)
+	for _, w := range cfg.unknownEnv(os.Environ()) {
+		log.Warn("unknown environment variable: " + w)
+	}
 	if cfg.logLevel <= slog.LevelDebug {
 		llama.SetLogger(log)
 	}

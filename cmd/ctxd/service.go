@@ -15,6 +15,7 @@ import (
 
 	"github.com/ctxd/ctxd/httpapi"
 	"github.com/ctxd/ctxd/internal/systemd"
+	"github.com/ctxd/ctxd/protocol"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
@@ -65,7 +66,11 @@ func serve(sc sidecar.Config, hs httpSettings, log *slog.Logger) int {
 	if sc.ModelPath != "" {
 		setStatus("loading " + sc.ModelPath)
 	}
-	srv, err := sidecar.New(context.Background(), sc)
+	// SIGTERM during a slow start (a large model loading) is honoured:
+	// the signal context exists before the daemon does.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	srv, err := sidecar.New(ctx, sc)
 	if err != nil {
 		if activated != nil {
 			activated.Close()
@@ -76,7 +81,7 @@ func serve(sc sidecar.Config, hs httpSettings, log *slog.Logger) int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "ctxd: %v\n", err)
-		return 1
+		return exitStatus(err)
 	}
 	defer srv.Close()
 	ln := activated
@@ -84,11 +89,9 @@ func serve(sc sidecar.Config, hs httpSettings, log *slog.Logger) int {
 		if ln, err = srv.Listen(); err != nil {
 			setStatus("failed: " + err.Error())
 			fmt.Fprintf(os.Stderr, "ctxd: %v\n", err)
-			return 1
+			return exitStatus(err)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	var door *httpapi.Server
 	var doorLn net.Listener
 	if hs.cfg.Addr != httpOff {
@@ -97,7 +100,7 @@ func serve(sc sidecar.Config, hs httpSettings, log *slog.Logger) int {
 			if hs.explicit {
 				setStatus("failed: " + err.Error())
 				fmt.Fprintf(os.Stderr, "ctxd: http: %v\n", err)
-				return 1
+				return exitStatus(err)
 			}
 			log.Warn("HTTP API off: its default address is not available (set --http ADDR, or --http off)", "addr", hs.cfg.Addr, "err", err)
 			door = nil
@@ -142,10 +145,23 @@ func serve(sc sidecar.Config, hs httpSettings, log *slog.Logger) int {
 	notify("stopping", func(ctx context.Context) error { return notifier.Stopping(ctx, "shutting down") })
 	if err != nil {
 		log.Error("stopped", "err", err)
-		return 1
+		return exitStatus(err)
 	}
 	log.Info("shut down cleanly")
 	return 0
+}
+
+// exitStatus is 2 for a configuration error found after parsing (a value
+// the daemon refuses, an address that needs a key, an unsafe folder), so
+// that systemd does not restart ctxd in a loop (RestartPreventExitStatus=2),
+// and 1 for any other failure.
+func exitStatus(err error) int {
+	switch {
+	case errors.Is(err, sidecar.ErrConfig), errors.Is(err, sidecar.ErrUnsafeFolder),
+		errors.Is(err, protocol.ErrInvalidArgument), errors.Is(err, httpapi.ErrForbidden):
+		return 2
+	}
+	return 1
 }
 
 // activatedListener is the Unix stream socket the service manager passed,

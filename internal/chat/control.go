@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"encoding/json"
 	"sort"
 	"strconv"
@@ -228,9 +229,9 @@ func contentStrings(msgs []Message, tools []Tool) func(func(string) bool) bool {
 
 // renderControlled renders like render and marks the template's control
 // markers in each segment (see the comment at the top of this file).
-func (t *Template) renderControlled(msgs []Message, tools []Tool) (policy.Manifest, error) {
+func (t *Template) renderControlled(ctx context.Context, msgs []Message, tools []Tool) (policy.Manifest, error) {
 	if len(t.markers) == 0 {
-		return t.renderSegments(msgs, tools)
+		return t.renderSegments(ctx, msgs, tools)
 	}
 	inputs := contentStrings(msgs, tools)
 	g := newGuard(t.markers)
@@ -240,7 +241,7 @@ func (t *Template) renderControlled(msgs []Message, tools []Tool) (policy.Manife
 		g.choosePrefix(inputs)
 		hm, ht = g.hideMessages(msgs, tools)
 	}
-	m, err := t.renderSegments(hm, ht)
+	m, err := t.renderSegments(ctx, hm, ht)
 	if err != nil {
 		return m, err
 	}
@@ -250,7 +251,7 @@ func (t *Template) renderControlled(msgs []Message, tools []Tool) (policy.Manife
 	}
 	plain := whole.String()
 	if hidden {
-		if plain, err = t.text(msgs, tools, true); err != nil {
+		if plain, err = t.text(ctx, msgs, tools, true); err != nil {
 			return m, err
 		}
 	}
@@ -258,7 +259,7 @@ func (t *Template) renderControlled(msgs []Message, tools []Tool) (policy.Manife
 	if !ok {
 		// The template did not carry the placeholders through: no
 		// control spans (markers tokenized as text).
-		return t.renderSegments(msgs, tools)
+		return t.renderSegments(ctx, msgs, tools)
 	}
 	text := plain
 	off := 0

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestControlSpansAreTheTemplatesOnly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plain, err := tm.renderSegments(msgs, tools)
+			plain, err := tm.renderSegments(context.Background(), msgs, tools)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -54,7 +55,7 @@ func newFallback(info ModelInfo) *Template {
 }
 
 // renderFallback renders msgs and tools in the fallback layout.
-func renderFallback(msgs []Message, tools []Tool, gen bool) (string, error) {
+func renderFallback(_ context.Context, msgs []Message, tools []Tool, gen bool) (string, error) {
 	var b strings.Builder
 	rest := msgs
 	if len(msgs) > 0 && msgs[0].Role == RoleSystem || len(tools) > 0 {

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
@@ -9,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ardanlabs/jinja"
+	"github.com/ctxd/ctxd/internal/jinja"
 )
 
 // newJinja compiles info.ChatTemplate and returns its renderer. The
@@ -17,6 +18,9 @@ import (
 // messages, tools, add_generation_prompt, bos_token, eos_token, plus the
 // raise_exception and strftime_now functions (the latter on info.Now).
 func newJinja(info ModelInfo) (renderFunc, error) {
+	if len(info.ChatTemplate) > MaxTemplateBytes {
+		return nil, fmt.Errorf("%w: the template is %d bytes, the most is %d (MaxTemplateBytes)", ErrLimit, len(info.ChatTemplate), MaxTemplateBytes)
+	}
 	tmpl, err := jinja.Compile(info.ChatTemplate)
 	if err != nil {
 		return nil, err
@@ -36,7 +40,7 @@ func newJinja(info ModelInfo) (renderFunc, error) {
 		}
 		return jinja.NewString(strftime(now(), format)), nil
 	})
-	return func(msgs []Message, tools []Tool, gen bool) (string, error) {
+	return func(ctx context.Context, msgs []Message, tools []Tool, gen bool) (string, error) {
 		ms, err := messageValues(msgs, shortIDs)
 		if err != nil {
 			return "", err
@@ -45,16 +49,18 @@ func newJinja(info ModelInfo) (renderFunc, error) {
 		if err != nil {
 			return "", err
 		}
-		out, err := tmpl.RenderValues(map[string]jinja.Value{
+		ctx, cancel := context.WithTimeoutCause(ctx, RenderTimeout, fmt.Errorf("%w: rendering took over %v (RenderTimeout)", ErrLimit, RenderTimeout))
+		defer cancel()
+		out, err := tmpl.RenderContext(ctx, map[string]jinja.Value{
 			"messages":              ms,
 			"tools":                 ts,
 			"add_generation_prompt": jinja.NewBool(gen),
 			"bos_token":             jinja.NewString(info.BOS),
 			"eos_token":             jinja.NewString(info.EOS),
 			"strftime_now":          strftime,
-		})
+		}, renderLimits)
 		if err != nil {
-			return "", fmt.Errorf("%w: %w", ErrTemplate, err)
+			return "", boxed(ctx, err)
 		}
 		return out, nil
 	}, nil

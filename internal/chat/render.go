@@ -1,6 +1,8 @@
 package chat
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -41,18 +43,27 @@ func msgID(i int) string { return "msg-" + strconv.Itoa(i) }
 // it, and only those: marker texts inside message content or tool
 // definitions stay text (see control.go).
 func (t *Template) Render(msgs []Message, tools []Tool) (policy.Manifest, error) {
-	return t.renderControlled(msgs, tools)
+	return t.RenderContext(context.Background(), msgs, tools)
+}
+
+// RenderContext is Render ending early, with an error, when ctx ends. The
+// conversation is checked against Limits before any rendering.
+func (t *Template) RenderContext(ctx context.Context, msgs []Message, tools []Tool) (policy.Manifest, error) {
+	if err := CheckLimits(msgs, tools); err != nil {
+		return policy.Manifest{}, err
+	}
+	return t.renderControlled(ctx, msgs, tools)
 }
 
 // renderSegments is Render without control spans.
-func (t *Template) renderSegments(msgs []Message, tools []Tool) (policy.Manifest, error) {
+func (t *Template) renderSegments(ctx context.Context, msgs []Message, tools []Tool) (policy.Manifest, error) {
 	if len(msgs) == 0 {
 		return policy.Manifest{}, fmt.Errorf("%w: no messages", ErrMessages)
 	}
 	if err := checkMessages(msgs, tools); err != nil {
 		return policy.Manifest{}, err
 	}
-	full, err := t.text(msgs, tools, true)
+	full, err := t.text(ctx, msgs, tools, true)
 	if err != nil {
 		return policy.Manifest{}, err
 	}
@@ -64,7 +75,9 @@ func (t *Template) renderSegments(msgs []Message, tools []Tool) (policy.Manifest
 	ph := &prefixHasher{s: full}
 	last := 0
 	for k := 0; k <= n; k++ {
-		bounds[k] = t.cut(msgs, k, tools, full, last, keys[k], ph)
+		if bounds[k], err = t.cut(ctx, msgs, k, tools, full, last, keys[k], ph); err != nil {
+			return policy.Manifest{}, err
+		}
 		if bounds[k] >= 0 {
 			last = bounds[k]
 		}
@@ -87,7 +100,7 @@ func (t *Template) renderSegments(msgs []Message, tools []Tool) (policy.Manifest
 	sysEnd := headEnd
 	if len(tools) > 0 {
 		sysEnd = 0
-		if s, err := t.text(msgs[:head], nil, false); err == nil {
+		if s, err := t.text(ctx, msgs[:head], nil, false); err == nil {
 			sysEnd = t.markerFloor(full, min(commonPrefix(s, full[:headEnd]), headEnd))
 		}
 	}
@@ -122,7 +135,10 @@ func (t *Template) renderSegments(msgs []Message, tools []Tool) (policy.Manifest
 	if len(segs) == 0 {
 		return policy.Manifest{}, fmt.Errorf("%w: the conversation renders as empty text", ErrMessages)
 	}
-	markStable(segs, t.stableEnd(msgs, tools, full, bounds, headEnd))
+	markStable(segs, t.stableEnd(ctx, msgs, tools, full, bounds, headEnd))
+	if err := ctx.Err(); err != nil { // the probes above may have been cut short
+		return policy.Manifest{}, fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+	}
 	return policy.Manifest{Segments: segs, Template: t.name}, nil
 }
 
@@ -135,7 +151,7 @@ func (t *Template) renderSegments(msgs []Message, tools []Tool) (policy.Manifest
 // start of the marker both begin the next message with and to the end of
 // the last end-of-turn marker. What the renderings gave is kept in t.cuts
 // and checked against full before it is used again.
-func (t *Template) cut(msgs []Message, k int, tools []Tool, full string, last int, key uint64, ph *prefixHasher) int {
+func (t *Template) cut(ctx context.Context, msgs []Message, k int, tools []Tool, full string, last int, key uint64, ph *prefixHasher) (int, error) {
 	e, cached := t.cuts.get(key)
 	var exact bool
 	switch {
@@ -145,17 +161,21 @@ func (t *Template) cut(msgs []Message, k int, tools []Tool, full string, last in
 		// The template refused messages[:k]; it still does.
 	default:
 		e = cutEntry{exactLen: -1}
-		if s, err := t.text(msgs[:k], tools, false); err == nil {
+		s, err := t.text(ctx, msgs[:k], tools, false)
+		if transient(err) {
+			return -1, err // not the template's answer: nothing cached
+		}
+		if err == nil {
 			e.exactLen, e.exactHash = len(s), hashString(s)
 			exact = strings.HasPrefix(full, s)
 		}
 	}
 	defer func() { t.cuts.put(key, e) }()
 	if exact && e.exactLen >= last {
-		return e.exactLen
+		return e.exactLen, nil
 	}
 	if k == 0 || k == len(msgs) {
-		return -1
+		return -1, nil
 	}
 	if e.probed && !e.probeErr {
 		c := e.probeLen
@@ -165,7 +185,11 @@ func (t *Template) cut(msgs []Message, k int, tools []Tool, full string, last in
 	}
 	if !e.probed {
 		e.probed = true
-		s, err := t.text(append(msgs[:k:k], historyProbe...), tools, false)
+		s, err := t.text(ctx, append(msgs[:k:k], historyProbe...), tools, false)
+		if transient(err) {
+			e.probed = false
+			return -1, err
+		}
 		if err != nil {
 			e.probeErr = true
 		} else {
@@ -177,22 +201,29 @@ func (t *Template) cut(msgs []Message, k int, tools []Tool, full string, last in
 		}
 	}
 	if e.probeErr {
-		return -1
+		return -1, nil
 	}
 	c := t.markerFloor(full, e.probeLen)
 	if c > last {
 		c = t.endFloor(full, last, c)
 	}
 	if c > last && c < len(full) {
-		return c
+		return c, nil
 	}
-	return -1
+	return -1, nil
+}
+
+// transient reports an error that is not the template's answer to a
+// conversation (a cancelled context, a broken time or size limit): the
+// rendering fails with it and nothing is cached.
+func transient(err error) bool {
+	return errors.Is(err, ErrCancelled) || errors.Is(err, ErrLimit)
 }
 
 // stableEnd returns the offset in full up to which the rendering is
 // stable: the end of the last assistant message (the head when there is
 // none), cut back to what both probe continuations render unchanged.
-func (t *Template) stableEnd(msgs []Message, tools []Tool, full string, bounds []int, headEnd int) int {
+func (t *Template) stableEnd(ctx context.Context, msgs []Message, tools []Tool, full string, bounds []int, headEnd int) int {
 	// The end of the last assistant message, or of the last cut point
 	// before it when the template renders a trailing assistant message
 	// differently (Qwen3 adds an empty think block to it).
@@ -209,7 +240,7 @@ func (t *Template) stableEnd(msgs []Message, tools []Tool, full string, bounds [
 		}
 	}
 	for _, cont := range probesAfter(msgs[len(msgs)-1]) {
-		s, err := t.text(append(msgs[:len(msgs):len(msgs)], cont...), tools, false)
+		s, err := t.text(ctx, append(msgs[:len(msgs):len(msgs)], cont...), tools, false)
 		if err != nil {
 			// A template that refuses a plain continuation cannot
 			// vouch for anything past the head.
@@ -264,8 +295,11 @@ func markStable(segs []policy.Segment, end int) {
 }
 
 // text renders with t, less a leading BOS text (ctxd adds BOS as a token).
-func (t *Template) text(msgs []Message, tools []Tool, gen bool) (string, error) {
-	s, err := t.render(msgs, tools, gen)
+func (t *Template) text(ctx context.Context, msgs []Message, tools []Tool, gen bool) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
+	}
+	s, err := t.render(ctx, msgs, tools, gen)
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -46,7 +47,7 @@ func checkManifest(t *testing.T, tm *Template, msgs []Message, tools []Tool) pol
 	if err := m.Validate(); err != nil {
 		t.Fatalf("Render(%d messages): %v", len(msgs), err)
 	}
-	full, err := tm.text(msgs, tools, true)
+	full, err := tm.text(context.Background(), msgs, tools, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -20,7 +21,7 @@ type ModelInfo struct {
 
 // renderFunc renders a conversation to text, with the assistant generation
 // prompt when gen is set.
-type renderFunc func(msgs []Message, tools []Tool, gen bool) (string, error)
+type renderFunc func(ctx context.Context, msgs []Message, tools []Tool, gen bool) (string, error)
 
 // Template renders conversations for one model. It is safe for concurrent
 // use.
@@ -39,7 +40,9 @@ type Template struct {
 
 // NewTemplate parses the model's template; ChatTemplate == "" selects the
 // documented fallback (see fallback.go). A template that does not parse
-// returns an error wrapping ErrTemplate (the caller may fall back).
+// returns an error wrapping ErrTemplate (the caller may fall back), and so
+// does one that cannot render a sample conversation within its limits
+// (sample.go): a template comes from a downloaded file and is run boxed.
 func NewTemplate(info ModelInfo) (*Template, error) {
 	if strings.TrimSpace(info.ChatTemplate) == "" {
 		return newFallback(info), nil
@@ -49,14 +52,18 @@ func NewTemplate(info ModelInfo) (*Template, error) {
 		return nil, fmt.Errorf("%w: %w", ErrTemplate, err)
 	}
 	fam := detectFamily(info.ChatTemplate)
-	return &Template{
+	t := &Template{
 		name:    fam.name,
 		family:  fam,
 		stops:   stopStrings(info.ChatTemplate, info.EOS),
 		bos:     info.BOS,
 		render:  r,
 		markers: templateMarkers(info),
-	}, nil
+	}
+	if err := t.checkSamples(); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // markerPattern matches the control markers of chat templates:

@@ -116,6 +116,17 @@ func (h *hotSet) park(ctx context.Context, b *hotBlock, toks []engine.Token, kv 
 			return false
 		}
 		victim := h.arenaVictim()
+		if victim == nil && errors.Is(err, tiers.ErrNoSpace) {
+			// The arena's filesystem is full: the block goes straight to
+			// the SSD tier rather than being lost at its eviction.
+			meta := coldstore.BlockMeta{Chain: b.chain, Tokens: append([]engine.Token(nil), toks...), Pos0: b.pos0, Class: uint8(b.class), Segment: b.segID}
+			if key, serr := t.StoreBlock(ctx, meta, append([]byte(nil), kv...)); serr == nil {
+				b.ssdKey, b.res = key, b.res.withCopy(tiers.SSD)
+				return false
+			} else {
+				h.note(fmt.Sprintf("arena's filesystem full and the SSD tier cannot take block %d: %v", b.id, serr))
+			}
+		}
 		if victim == nil {
 			h.note(fmt.Sprintf("arena full: block %d kept only while hot", b.id))
 			return false

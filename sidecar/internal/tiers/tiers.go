@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"sync/atomic"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/shm"
 )
@@ -54,6 +57,13 @@ type Tiers struct {
 	compat     coldstore.Compat // SSD keys of the loaded model's blocks
 	elemBytes  int              // the loaded KV type's byte-plane stride
 	orphans    []*OrphanTape    // parked blocks without a session, oldest first
+
+	// The arena could not grow (a full filesystem): its slabs then, and
+	// their bytes, the capacity ArenaBytes reports until it grows again.
+	noSpace    atomic.Bool
+	onCapacity func()
+	stuckSlabs atomic.Int64
+	stuckBytes atomic.Int64
 }
 
 // New returns tiers with neither an SSD tier (OpenSSD) nor an arena
@@ -95,9 +105,8 @@ func (t *Tiers) OpenSSD(ctx context.Context, cfg SSDConfig) {
 	t.ssd, t.ssdDir = st, dir
 }
 
-// derivedColdQuota is a quarter of the free space where the store lives
-// (its parent when the folder does not exist yet); 1 GiB when that cannot
-// be measured.
+// derivedColdQuota is policy.SSDQuota of the free space where the store
+// lives (its parent when the folder does not exist yet).
 func derivedColdQuota(dir string) int64 {
 	var fs unix.Statfs_t
 	for d := dir; ; d = filepath.Dir(d) {
@@ -105,11 +114,10 @@ func derivedColdQuota(dir string) int64 {
 			break
 		}
 		if d == filepath.Dir(d) {
-			return 1 << 30
+			return policy.SSDQuota(0, -1)
 		}
 	}
-	free := int64(fs.Bavail) * int64(fs.Bsize)
-	return max(free/4, 1)
+	return policy.SSDQuota(0, int64(fs.Bavail)*int64(fs.Bsize))
 }
 
 // SSD is the SSD tier, or nil when it is off.
@@ -119,7 +127,14 @@ func (t *Tiers) SSD() *coldstore.Store { return t.ssd }
 func (t *Tiers) HasArena() bool { return t.arena != nil }
 
 // ArenaBytes is the arena's budget (0: no arena).
-func (t *Tiers) ArenaBytes() int64 { return t.arenaBytes }
+// While the arena cannot grow (its filesystem is full) it is what the
+// arena holds now.
+func (t *Tiers) ArenaBytes() int64 {
+	if t.noSpace.Load() {
+		return min(t.arenaBytes, t.stuckBytes.Load())
+	}
+	return t.arenaBytes
+}
 
 // ArenaStats are the arena's figures; false without an arena.
 func (t *Tiers) ArenaStats() (shm.Stats, bool) {
@@ -168,6 +183,7 @@ func (t *Tiers) Detach() {
 		}
 	}
 	t.arena, t.arenaBytes, t.orphans = nil, 0, nil
+	t.noSpace.Store(false)
 	t.obs.ArenaChanged(nil)
 }
 
@@ -185,6 +201,13 @@ func (t *Tiers) Close(ctx context.Context) {
 // tapes first (closed sessions' blocks go before a live session's); when
 // it is still full park fails with shm.ErrArenaFull and the caller picks a
 // victim to spill or drop.
+//
+// An arena that cannot grow because the filesystem under it is full
+// (ENOSPC, EDQUOT, EFBIG from fallocate) degrades loudly: the first time
+// is logged, every time is counted (ctxd_arena_no_space_total), the
+// capacity ArenaBytes reports becomes what the arena really holds, and the
+// error wraps shm.ErrArenaFull, so the caller moves blocks on to the SSD
+// tier as from a full arena instead of losing them.
 func (t *Tiers) Park(b shm.Block) error {
 	if t.arena == nil {
 		return errors.New("no host-RAM arena")
@@ -193,12 +216,74 @@ func (t *Tiers) Park(b shm.Block) error {
 		err := t.arena.Put(b)
 		if err == nil {
 			t.obs.Parked()
+			if t.noSpace.Load() && t.arena.Stats().Slabs > t.stuckSlabs.Load() {
+				t.noSpace.Store(false)
+				t.log.Info("the host-RAM arena grows again", "budget_bytes", t.arenaBytes)
+			}
 			return nil
+		}
+		if isNoSpace(err) {
+			t.arenaNoSpace(err)
+			err = fmt.Errorf("%w: %w: %w", shm.ErrArenaFull, ErrNoSpace, err)
 		}
 		if !errors.Is(err, shm.ErrArenaFull) || !t.FreeOrphan() {
 			return err
 		}
 	}
+}
+
+// ErrNoSpace: the arena cannot grow because its filesystem is full (it
+// wraps shm.ErrArenaFull too).
+var ErrNoSpace = errors.New("the host-RAM arena's filesystem is full")
+
+// StoreBlock writes a block's KV that the arena cannot take straight to
+// the SSD tier and pins it there, as Spill does for a parked block; it
+// returns the block's SSD key.
+func (t *Tiers) StoreBlock(ctx context.Context, meta coldstore.BlockMeta, kv []byte) (coldstore.Key, error) {
+	if t.ssd == nil {
+		return coldstore.Key{}, t.ErrSSDOff()
+	}
+	if err := t.ssd.Err(); err != nil {
+		return coldstore.Key{}, err
+	}
+	key := ContentKey(t.compat, meta.Chain, meta.Pos0, kv)
+	meta.ElemBytes = t.elemBytes
+	if _, err := t.Store(ctx, key, meta, [][]byte{kv}, false); err != nil {
+		return key, err
+	}
+	t.ssd.Pin(key)
+	return key, nil
+}
+
+// OnCapacityChange sets what runs (under the engine token) when the
+// arena's real capacity changes: the daemon republishes its status.
+func (t *Tiers) OnCapacityChange(f func()) { t.onCapacity = f }
+
+// noSpaceObserver is an Observer that also counts an arena that could not
+// grow (the daemon's metrics).
+type noSpaceObserver interface{ ArenaNoSpace() }
+
+// arenaNoSpace records an arena that could not grow: counted every time,
+// logged when it starts, its real capacity kept for ArenaBytes.
+func (t *Tiers) arenaNoSpace(err error) {
+	if o, ok := t.obs.(noSpaceObserver); ok {
+		o.ArenaNoSpace()
+	}
+	st := t.arena.Stats()
+	t.stuckSlabs.Store(st.Slabs)
+	t.stuckBytes.Store(st.Slabs * st.SlabBytes)
+	if !t.noSpace.Swap(true) {
+		if t.onCapacity != nil {
+			t.onCapacity()
+		}
+		t.log.Warn("the host-RAM arena cannot grow: its filesystem is full; parked blocks go to the SSD tier, capacity is what the arena holds now",
+			"err", err, "capacity_bytes", st.Slabs*st.SlabBytes, "budget_bytes", t.arenaBytes)
+	}
+}
+
+// isNoSpace reports a write refused for want of space.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EFBIG)
 }
 
 // DropParked frees a block's arena copy; a failure (the arena closed, the
