@@ -120,6 +120,11 @@ func (srv *Server) deviceInfo() *pb.DeviceInfo {
 		if t, ok := s.ectx.(interface{ Threads() int }); ok {
 			d.Threads = int32(t.Threads())
 		}
+		if t, ok := s.ectx.(interface{ ThreadsReason() string }); ok && t.ThreadsReason() != "" {
+			// The proto has no field of its own for it: the reason of the
+			// device choice is followed by the threads' (policy.ComputeThreads).
+			d.Reason += "; cpu threads: " + t.ThreadsReason()
+		}
 	}
 	return d
 }

@@ -37,6 +37,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -62,7 +63,9 @@ type Context struct {
 	closed    bool
 	pool      *C.struct_ggml_threadpool
 	load      cpuLoad
-	threads   int // ggml threads set for the current call (0: none yet)
+	threads   int    // ggml threads set for the current call (0: none yet)
+	batchWhy  string // the last batch's policy.ThreadsDecision reason
+	decodeWhy string // the last single-token step's
 	memory    engine.ContextMemory
 	evalcb    *evalState // graph callback state; nil: made without (benchmarks)
 	// shiftPending: cells were moved since the last llama_decode, so
@@ -314,27 +317,52 @@ func (c *Context) noteDecoded(rc C.int32_t) {
 	}
 }
 
-// setThreads sizes ggml's CPU threads for a batch of n tokens to the cores
-// free now (policy.ComputeThreads): a single token uses at most
-// DecodeThreads, a batch at most Threads.
+// setThreads sizes ggml's CPU threads for a batch of n tokens
+// (policy.ComputeThreads): pinned by ThreadsPinned, else to the cores other
+// processes leave free now, a single token at most DecodeThreads, a batch
+// at most Threads.
 func (c *Context) setThreads(n int) {
 	limit := c.opts.Threads
 	if n == 1 {
 		limit = c.opts.DecodeThreads
 	}
 	p := c.model.facts.Placement
-	t := policy.ComputeThreads(policy.ComputeThreadsInput{
-		CPUs: runtime.NumCPU(), Max: limit, Competitors: c.load.sample(time.Now()),
+	in := policy.ComputeThreadsInput{
+		CPUs: runtime.NumCPU(), Max: limit,
 		Offloaded: p.OutputOnGPU && p.GPULayers == c.model.facts.Layers,
-	})
-	if t != c.threads {
-		C.llama_set_n_threads(c.ctx, C.int32_t(t), C.int32_t(t))
-		c.threads = t
+	}
+	if c.opts.ThreadsPinned {
+		in.Pinned = c.opts.Threads
+	} else {
+		in.Others, in.Measured = c.load.sample(time.Now())
+	}
+	d := policy.ComputeThreads(in)
+	if n == 1 {
+		c.decodeWhy = d.Reason
+	} else {
+		c.batchWhy = d.Reason
+	}
+	if d.Threads != c.threads {
+		C.llama_set_n_threads(c.ctx, C.int32_t(d.Threads), C.int32_t(d.Threads))
+		c.threads = d.Threads
 	}
 }
 
 // Threads is the number of CPU threads the last decode call ran with.
 func (c *Context) Threads() int { return c.threads }
+
+// ThreadsReason says how the last batch and the last single-token step
+// chose their threads (policy.ComputeThreads), for status.
+func (c *Context) ThreadsReason() string {
+	var parts []string
+	if c.batchWhy != "" {
+		parts = append(parts, "batches "+c.batchWhy)
+	}
+	if c.decodeWhy != "" {
+		parts = append(parts, "single tokens "+c.decodeWhy)
+	}
+	return strings.Join(parts, "; ")
+}
 
 // Memory reports the KV and compute buffers llama.cpp allocated for the
 // context, on the model's device and in host memory.
