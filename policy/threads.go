@@ -82,5 +82,5 @@ func ComputeThreads(in ComputeThreadsInput) ThreadsDecision {
 	if limit < cpus && t == limit {
 		why = fmt.Sprintf("at most %d for this step", limit)
 	}
-	return ThreadsDecision{t, fmt.Sprintf("%d of %d CPUs: auto, %s (others use %.2f cores)", t, cpus, why, others)}
+	return ThreadsDecision{t, fmt.Sprintf("%d of %d CPUs: auto, %s (other processes want %.2f cores)", t, cpus, why, others)}
 }

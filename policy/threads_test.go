@@ -13,7 +13,7 @@ func TestComputeThreads(t *testing.T) {
 		reason string
 	}{
 		{"idle two cores", ComputeThreadsInput{CPUs: 2, Measured: true}, 2, "2 of 2 CPUs: auto, idle"},
-		{"a VM's housekeeping", ComputeThreadsInput{CPUs: 2, Measured: true, Others: 0.08}, 2, "idle (others use 0.08 cores)"},
+		{"a VM's housekeeping", ComputeThreadsInput{CPUs: 2, Measured: true, Others: 0.08}, 2, "idle (other processes want 0.08 cores)"},
 		{"a compile's blinks", ComputeThreadsInput{CPUs: 2, Measured: true, Others: 0.45}, 2, "idle"},
 		{"a busy loop beside ctxd's two threads", ComputeThreadsInput{CPUs: 2, Measured: true, Others: 0.67}, 1, "1 held by other processes"},
 		{"a busy loop beside ctxd's one thread", ComputeThreadsInput{CPUs: 2, Measured: true, Others: 1}, 1, "1 held"},

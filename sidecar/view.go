@@ -18,6 +18,7 @@ type slotView struct {
 	model    *pb.ModelInfo // nil: no model loaded
 	capacity *pb.Capacity
 	device   *pb.DeviceInfo   // where the model runs (Status)
+	threads  threadsReporter  // the context's CPU threads, read live (nil: none)
 	compat   coldstore.Compat // the SSD tier's key for this model
 }
 
@@ -27,6 +28,9 @@ func (srv *Server) publishSlot() {
 	v := &slotView{}
 	if srv.slot.model != nil {
 		v.model, v.capacity, v.device, v.compat = srv.modelInfo(), srv.capacityReply(), srv.deviceInfo(), srv.ssdCompat()
+		if t, ok := srv.slot.ectx.(threadsReporter); ok {
+			v.threads = t
+		}
 	}
 	srv.slot.view.Store(v)
 }

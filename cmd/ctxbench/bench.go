@@ -24,7 +24,7 @@ import (
 
 func cmdBench(ctx context.Context, e *cli.Env, args []string) error {
 	if len(args) == 0 {
-		return cli.Usage(fmt.Errorf("which benchmark? replay, socket, resume, crash, trace, fair, speed, http or peer"))
+		return cli.Usage(fmt.Errorf("which benchmark? replay, socket, resume, crash, trace, fair, speed, http, peer or engine"))
 	}
 	switch args[0] {
 	case "replay":
@@ -45,8 +45,10 @@ func cmdBench(ctx context.Context, e *cli.Env, args []string) error {
 		return benchHTTP(ctx, e, args[1:])
 	case "peer":
 		return benchPeer(ctx, e, args[1:])
+	case "engine":
+		return benchEngine(ctx, e, args[1:])
 	}
-	return cli.Usage(fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed, http, peer)", args[0]))
+	return cli.Usage(fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed, http, peer, engine)", args[0]))
 }
 
 func defaultModel() string {

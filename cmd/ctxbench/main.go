@@ -15,7 +15,7 @@ const usage = `ctxbench — benchmarks and evaluations of ctxd (ratios measured 
 usage: ctxbench [--socket PATH] [--no-progress] COMMAND [flags]
 
 commands:
-  bench replay|socket|resume|crash|trace|fair|speed|http|peer  benchmarks
+  bench replay|socket|resume|crash|trace|fair|speed|http|peer|engine  benchmarks
   eval recall                    needle recall beyond the trained window (needle.gguf)
   eval scale [--tokens 200000]   build a long session by streaming, time turns on it
   eval ppl [--tokens N] [--png F] perplexity vs position: dense, sliding, sinks+recent, ctxd

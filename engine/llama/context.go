@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -63,11 +64,15 @@ type Context struct {
 	closed    bool
 	pool      *C.struct_ggml_threadpool
 	load      cpuLoad
-	threads   int    // ggml threads set for the current call (0: none yet)
-	batchWhy  string // the last batch's policy.ThreadsDecision reason
-	decodeWhy string // the last single-token step's
-	memory    engine.ContextMemory
-	evalcb    *evalState // graph callback state; nil: made without (benchmarks)
+	threads   int // ggml threads set for the current call (0: none yet)
+	// What status reads while a call runs (Threads, ThreadsReason): the
+	// threads of the last call and the reasons of the last batch's and
+	// the last single-token step's policy.ThreadsDecision.
+	threadsNow atomic.Int32
+	batchWhy   atomic.Pointer[string]
+	decodeWhy  atomic.Pointer[string]
+	memory     engine.ContextMemory
+	evalcb     *evalState // graph callback state; nil: made without (benchmarks)
 	// shiftPending: cells were moved since the last llama_decode, so
 	// their K is not rotated yet (applyShifts).
 	shiftPending bool
@@ -337,29 +342,34 @@ func (c *Context) setThreads(n int) {
 		in.Others, in.Measured = c.load.sample(time.Now())
 	}
 	d := policy.ComputeThreads(in)
+	why := &c.batchWhy
 	if n == 1 {
-		c.decodeWhy = d.Reason
-	} else {
-		c.batchWhy = d.Reason
+		why = &c.decodeWhy
+	}
+	if p := why.Load(); p == nil || *p != d.Reason {
+		why.Store(&d.Reason)
 	}
 	if d.Threads != c.threads {
 		C.llama_set_n_threads(c.ctx, C.int32_t(d.Threads), C.int32_t(d.Threads))
 		c.threads = d.Threads
+		c.threadsNow.Store(int32(d.Threads))
 	}
 }
 
-// Threads is the number of CPU threads the last decode call ran with.
-func (c *Context) Threads() int { return c.threads }
+// Threads is the number of CPU threads the last decode call ran with. It
+// may be called while a call runs (status does).
+func (c *Context) Threads() int { return int(c.threadsNow.Load()) }
 
 // ThreadsReason says how the last batch and the last single-token step
-// chose their threads (policy.ComputeThreads), for status.
+// chose their threads (policy.ComputeThreads), for status. It may be
+// called while a call runs.
 func (c *Context) ThreadsReason() string {
 	var parts []string
-	if c.batchWhy != "" {
-		parts = append(parts, "batches "+c.batchWhy)
+	if p := c.batchWhy.Load(); p != nil {
+		parts = append(parts, "batches "+*p)
 	}
-	if c.decodeWhy != "" {
-		parts = append(parts, "single tokens "+c.decodeWhy)
+	if p := c.decodeWhy.Load(); p != nil {
+		parts = append(parts, "single tokens "+*p)
 	}
 	return strings.Join(parts, "; ")
 }
