@@ -34,7 +34,7 @@ func benchEngine(ctx context.Context, e *cli.Env, args []string) error {
 	prompt := fs.Int("prompt", 512, "prompt tokens (llama-bench -p)")
 	gen := fs.Int("generate", 16, "single tokens decoded after the prompt (llama-bench -n)")
 	batch := fs.Int("batch", engine.DefaultBatchTokens, "batch size (llama-bench -b/-ub)")
-	threads := fs.Int("threads", 0, "CPU threads, pinned (0: every CPU)")
+	threads := fs.Int("threads", 0, "CPU threads, pinned (0: auto, every core other processes leave free, as ctxd does)")
 	flash := fs.String("flash-attn", "off", "off, on or both (both: off and on back to back)")
 	kv := fs.String("kv", "f16", "KV type: f16 or q8_0 (q8_0 needs flash attention)")
 	reps := fs.Int("reps", 1, "repetitions of each setting")
