@@ -25,8 +25,11 @@ INCLUDE_DIR := $(CACHE_HOME)/ctxd/include/$(notdir $(OLLAMA_DIR))+$(notdir $(MAL
 # engine/llama/amx needs them to compile ggml's AMX kernels (see there).
 export CGO_ENABLED  := 1
 export CGO_CPPFLAGS := -I$(INCLUDE_DIR) -I$(OLLAMA_DIR)/llama/llama.cpp/include -I$(GGML_DIR)/include -idirafter $(GGML_DIR)/src -idirafter $(GGML_DIR)/src/ggml-cpu
-export CGO_CFLAGS   := -O2 $(NATIVE)
-export CGO_CXXFLAGS := -O2 $(NATIVE)
+# -O3: the vendored ggml-cpu's C++ kernels (llamafile's tinyBLAS, ops.cpp) get
+# their compile flags from here; at -O2 its f16 GEMM ran at half upstream's
+# speed, at -O3 as fast (docs/BENCHMARKS.md, tools/ggmlmm).
+export CGO_CFLAGS   := -O3 $(NATIVE)
+export CGO_CXXFLAGS := -O3 $(NATIVE)
 export CTXD_MODEL   := $(MODEL)
 export CTXD_NEEDLE_MODEL := $(NEEDLE_MODEL)
 export CTXD_TRACES  := $(TRACES)

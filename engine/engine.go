@@ -65,9 +65,11 @@ type ContextOptions struct {
 	KVType         policy.KVType // f16 or q8_0 (q8_0 needs flash attention)
 	FlashAttention bool
 	// Threads and DecodeThreads are ceilings: each call runs with fewer
-	// when other processes hold cores (policy.ComputeThreads).
+	// when other processes hold cores (policy.ComputeThreads), unless
+	// ThreadsPinned: then every call runs with Threads.
 	Threads       int // prefill batches; 0 = all CPUs
 	DecodeThreads int // single-token steps; 0 = Threads
+	ThreadsPinned bool
 }
 
 // Model is a loaded model file. The slot reads its Facts and makes its one

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"math"
 )
 
 // Memory kinds accepted in CapacityInput.MemoryKind.
@@ -214,37 +213,4 @@ func DecodeThreads(weightsBytes int64, cpus int) int {
 		return 1
 	}
 	return cpus
-}
-
-// ComputeThreadsInput is what ComputeThreads decides from.
-type ComputeThreadsInput struct {
-	CPUs int // online CPUs
-	Max  int // the configured ceiling (--threads); 0 = CPUs
-	// Competitors is the number of other runnable threads measured just
-	// before the call (smoothed).
-	Competitors float64
-	// Offloaded is true when every layer and the output head run on a
-	// GPU: the CPU only feeds the device.
-	Offloaded bool
-}
-
-// ComputeThreads picks the ggml threads for one decode call. ggml's
-// threads meet at a spinning barrier after every operation, so a thread
-// that loses its core to another process stalls all the others until the
-// scheduler gives it back: with one busy process on one of two cores, two
-// threads ran a replay 4× slower than one (21.8 s vs 5.2 s). Each runnable
-// competitor therefore takes one core out of the count, rounding a partial
-// competitor up from a quarter; at least one thread always runs. A fully
-// offloaded model needs one thread.
-func ComputeThreads(in ComputeThreadsInput) int {
-	cpus := max(in.CPUs, 1)
-	limit := cpus
-	if in.Max > 0 {
-		limit = min(in.Max, cpus)
-	}
-	if in.Offloaded {
-		return 1
-	}
-	taken := int(math.Ceil(max(in.Competitors, 0) - 0.25))
-	return max(min(limit, cpus-taken), 1)
 }

@@ -56,23 +56,3 @@ func TestChooseDevice(t *testing.T) {
 		t.Fatalf("CPU only: %d %q %v", i, reason, err)
 	}
 }
-
-func TestComputeThreads(t *testing.T) {
-	for _, c := range []struct {
-		in   ComputeThreadsInput
-		want int
-	}{
-		{ComputeThreadsInput{CPUs: 2}, 2},
-		{ComputeThreadsInput{CPUs: 2, Competitors: 1}, 1},   // a busy loop on one core
-		{ComputeThreadsInput{CPUs: 2, Competitors: 2}, 1},   // a two-job compile: never zero
-		{ComputeThreadsInput{CPUs: 2, Competitors: 0.2}, 2}, // a blink
-		{ComputeThreadsInput{CPUs: 16, Competitors: 3.5}, 12},
-		{ComputeThreadsInput{CPUs: 16, Max: 4}, 4},
-		{ComputeThreadsInput{CPUs: 16, Offloaded: true}, 1},
-		{ComputeThreadsInput{CPUs: 0}, 1},
-	} {
-		if got := ComputeThreads(c.in); got != c.want {
-			t.Errorf("ComputeThreads(%+v) = %d, want %d", c.in, got, c.want)
-		}
-	}
-}

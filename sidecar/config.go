@@ -23,7 +23,7 @@ type Config struct {
 	KVType         policy.KVType // f16 default
 	FlashAttention bool
 	BatchTokens    int    // prefill batch; 0 = DefaultConfig's
-	Threads        int    // ceiling of CPU threads; 0 = all CPUs
+	Threads        int    // CPU threads: policy.ThreadsAuto (0) adapts each call to the free cores, N pins N
 	AllowUIDs      []int  // peers allowed besides the server's own uid
 	MaxFrame       uint32 // 0 = protocol.DefaultMaxFrame
 	// Where the model runs. BackendDir holds GPU backend libraries

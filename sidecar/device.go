@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
@@ -117,9 +119,31 @@ func (srv *Server) deviceInfo() *pb.DeviceInfo {
 	if s.ectx != nil {
 		m := s.ectx.Memory()
 		d.KvBytes, d.ComputeBytes, d.HostKvBytes = m.DeviceKVBytes, m.DeviceComputeBytes, m.HostKVBytes
-		if t, ok := s.ectx.(interface{ Threads() int }); ok {
-			d.Threads = int32(t.Threads())
-		}
+	}
+	return d
+}
+
+// threadsReporter is what an engine context tells of its CPU threads
+// (engine/llama: policy.ComputeThreads' decisions); safe to call while a
+// call runs.
+type threadsReporter interface {
+	Threads() int
+	ThreadsReason() string
+}
+
+// withThreads is the published device d with the context's threads as
+// they are now: status reads them live, since they change with every
+// decode call and the view is published at load.
+func withThreads(d *pb.DeviceInfo, t threadsReporter) *pb.DeviceInfo {
+	if d == nil || t == nil {
+		return d
+	}
+	d = proto.Clone(d).(*pb.DeviceInfo)
+	d.Threads = int32(t.Threads())
+	if why := t.ThreadsReason(); why != "" {
+		// The proto has no field of its own for it: the reason of the
+		// device choice is followed by the threads'.
+		d.Reason += "; cpu threads: " + why
 	}
 	return d
 }

@@ -132,7 +132,8 @@ func wrap[T any](r T, err error, f func(T) *pb.Response) (*pb.Response, error) {
 }
 
 // status never waits for the engine: the model's figures are those
-// published at its load (view.go).
+// published at its load (view.go), the CPU threads those of the last
+// decode call.
 func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 	r := &pb.StatusReply{
 		ServerVersion:  srv.cfg.Version,
@@ -146,7 +147,7 @@ func (srv *Server) status(ctx context.Context) (*pb.StatusReply, error) {
 	r.Sessions = int32(len(srv.sessions))
 	srv.mu.Unlock()
 	v := srv.slot.view.Load()
-	r.Model, r.Capacity, r.Device = v.model, v.capacity, v.device
+	r.Model, r.Capacity, r.Device = v.model, v.capacity, withThreads(v.device, v.threads)
 	return r, ctx.Err()
 }
 

@@ -172,7 +172,8 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 		KVType:         o.kvType,
 		FlashAttention: o.flashAttention,
 		Threads:        o.threads,
-		DecodeThreads:  policy.DecodeThreads(facts.WeightsBytes, threadsOr(o.threads)),
+		DecodeThreads:  decodeThreads(o.threads, facts.WeightsBytes),
+		ThreadsPinned:  o.threads != policy.ThreadsAuto,
 	})
 	if err != nil {
 		m.Close()
@@ -340,11 +341,13 @@ func (s *slot) forget(sess *session) {
 	sess.parked = nil
 }
 
-func threadsOr(n int) int {
-	if n > 0 {
-		return n
+// decodeThreads is the ceiling of single-token steps: a pinned --threads
+// as given, else policy.DecodeThreads over every CPU.
+func decodeThreads(threads int, weightsBytes int64) int {
+	if threads != policy.ThreadsAuto {
+		return threads
 	}
-	return runtime.NumCPU()
+	return policy.DecodeThreads(weightsBytes, runtime.NumCPU())
 }
 
 // resolveHot fills the hot-set settings from the configuration and the

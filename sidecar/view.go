@@ -19,6 +19,7 @@ type slotView struct {
 	model    *pb.ModelInfo // nil: no model loaded
 	capacity *pb.Capacity
 	device   *pb.DeviceInfo   // where the model runs (Status)
+	threads  threadsReporter  // the context's CPU threads, read live (nil: none)
 	compat   coldstore.Compat // the SSD tier's key for this model
 	facts    engine.Facts     // the engine's facts of the model
 }
@@ -30,6 +31,9 @@ func (srv *Server) publishSlot() {
 	if srv.slot.model != nil {
 		v.model, v.capacity, v.device, v.compat = srv.modelInfo(), srv.capacityReply(), srv.deviceInfo(), srv.ssdCompat()
 		v.facts = srv.slot.facts
+		if t, ok := srv.slot.ectx.(threadsReporter); ok {
+			v.threads = t
+		}
 	}
 	srv.slot.view.Store(v)
 }

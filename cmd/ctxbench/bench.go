@@ -24,7 +24,7 @@ import (
 
 func cmdBench(ctx context.Context, e *cli.Env, args []string) error {
 	if len(args) == 0 {
-		return cli.Usage(fmt.Errorf("which benchmark? replay, socket, resume, crash, trace, fair, speed or http"))
+		return cli.Usage(fmt.Errorf("which benchmark? replay, socket, resume, crash, trace, fair, speed, http, peer or engine"))
 	}
 	switch args[0] {
 	case "replay":
@@ -43,8 +43,12 @@ func cmdBench(ctx context.Context, e *cli.Env, args []string) error {
 		return benchSpeed(ctx, e, args[1:])
 	case "http":
 		return benchHTTP(ctx, e, args[1:])
+	case "peer":
+		return benchPeer(ctx, e, args[1:])
+	case "engine":
+		return benchEngine(ctx, e, args[1:])
 	}
-	return cli.Usage(fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed, http)", args[0]))
+	return cli.Usage(fmt.Errorf("unknown benchmark %q (replay, socket, resume, crash, trace, fair, speed, http, peer, engine)", args[0]))
 }
 
 func defaultModel() string {
@@ -166,7 +170,7 @@ func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 	// The socket side is a real ctxd process, as an agent would see it; the
 	// in-process side is the same server code called directly in this
 	// process. Both load the same model with the same settings.
-	sockPath, stopDaemon, err := startDaemonProcess(ctx, *ctxdBin, *model, 2048)
+	sockPath, pid, stopDaemon, err := startDaemonProcessPID(ctx, *ctxdBin, *model, 2048)
 	if err != nil {
 		return err
 	}
@@ -208,7 +212,8 @@ func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 	// Streaming: the same greedy decode over the socket and in-process.
 	m := policy.Manifest{Segments: []policy.Segment{{ID: "p", Kind: policy.KindUserTurn, Text: "Once upon a time"}}}
 	bar = e.NewProgress("decode pairs", int64(*reps), "")
-	sockWall, inWall, overhead, serverWall, streamOnly, err := streamTimes(ctx, c, p, m, *tokens, *reps, bar)
+	quiet, streamed := &cpuMeter{pids: [2]string{fmt.Sprint(pid), "self"}}, &cpuMeter{pids: [2]string{fmt.Sprint(pid), "self"}}
+	sockWall, inWall, overhead, serverWall, streamOnly, err := streamTimes(ctx, c, p, m, *tokens, *reps, bar, quiet, streamed)
 	bar.Clear()
 	if err != nil {
 		return err
@@ -223,10 +228,21 @@ func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 		TokenServerUS    float64 `json:"per_token_server_side_us"`
 		StreamOverheadUS float64 `json:"stream_overhead_us_per_token"`
 		StreamFramesUS   float64 `json:"stream_frames_us_per_token"`
-		Tokens           int     `json:"tokens_per_decode"`
+		// CPU time the frames cost per token (streamed − no_stream, summed
+		// over the pairs): in the daemon (encode, write) and in the
+		// client (read, decode, dispatch). Wall time on a busy machine
+		// also holds waits for a core; CPU time does not.
+		StreamCPUDaemonUS float64 `json:"stream_cpu_daemon_us_per_token"`
+		StreamCPUClientUS float64 `json:"stream_cpu_client_us_per_token"`
+		Tokens            int     `json:"tokens_per_decode"`
 	}{
 		Calls: *n, SocketP50us: pct(sock, 50), SocketP99us: pct(sock, 99), InProcP50us: pct(inproc, 50),
 		TokenSocketUS: sockWall, TokenInProcUS: inWall, TokenServerUS: serverWall, StreamOverheadUS: overhead, StreamFramesUS: streamOnly, Tokens: *tokens,
+	}
+	if quiet.err == nil && streamed.err == nil {
+		n := float64(*tokens * *reps)
+		rt.StreamCPUDaemonUS = float64(streamed.sum[0]-quiet.sum[0]) / 1e3 / n
+		rt.StreamCPUClientUS = float64(streamed.sum[1]-quiet.sum[1]) / 1e3 / n
 	}
 	if *asJSON {
 		return e.PrintJSON(rt)
@@ -234,12 +250,13 @@ func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 	fmt.Fprintf(e.Stdout, "round trip (ping, %d calls): socket p50 %.1f µs, p99 %.1f µs; in-process p50 %.2f µs\n", rt.Calls, rt.SocketP50us, rt.SocketP99us, rt.InProcP50us)
 	fmt.Fprintf(e.Stdout, "decode (%d tokens, %d paired runs): socket %.1f µs/token (server side %.1f), in-process %.1f µs/token, streaming overhead (median paired difference) %.1f µs/token\n", rt.Tokens, *reps, rt.TokenSocketUS, rt.TokenServerUS, rt.TokenInProcUS, rt.StreamOverheadUS)
 	fmt.Fprintf(e.Stdout, "streaming frames alone (same daemon, streamed − no_stream, median of %d pairs): %.1f µs/token\n", *reps, rt.StreamFramesUS)
+	fmt.Fprintf(e.Stdout, "streaming frames' CPU time (streamed − no_stream, over the pairs): daemon %.1f µs/token, client %.1f µs/token\n", rt.StreamCPUDaemonUS, rt.StreamCPUClientUS)
 	return nil
 }
 
 // streamTimes runs the same decode over the socket and in-process,
 // alternating, and returns the median wall time per token of each.
-func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int, bar *cli.Progress) (sockUS, inUS, overheadUS, serverUS, streamUS float64, err error) {
+func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m policy.Manifest, tokens, reps int, bar *cli.Progress, quietCPU, streamCPU *cpuMeter) (sockUS, inUS, overheadUS, serverUS, streamUS float64, err error) {
 	s, err := c.OpenSession(ctx, "bench-socket")
 	if err != nil {
 		return 0, 0, 0, 0, 0, err
@@ -261,13 +278,15 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 			return 0, err
 		}
 		t0 := time.Now()
+		quietCPU.begin()
 		res, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: tokens, NoStream: true}, nil)
+		quietCPU.end()
 		if err != nil {
 			return 0, err
 		}
 		return float64(time.Since(t0).Microseconds()) / float64(max(res.Tokens, 1)), nil
 	}
-	viaSocket := func() (float64, error) {
+	viaSocket := func(meter *cpuMeter) (float64, error) {
 		if _, err := s.EnsurePrefix(ctx, clientconv.Manifest(m)); err != nil {
 			return 0, err
 		}
@@ -276,7 +295,13 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 		}
 		n := 0
 		t0 := time.Now()
+		if meter != nil {
+			meter.begin()
+		}
 		res, err := s.Decode(ctx, client.DecodeOptions{MaxTokens: tokens}, func(client.Token) error { n++; return nil })
+		if meter != nil {
+			meter.end()
+		}
 		if err != nil {
 			return 0, err
 		}
@@ -307,12 +332,12 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 		var a, b float64
 		var err error
 		if r%2 == 0 {
-			if a, err = viaSocket(); err == nil {
+			if a, err = viaSocket(nil); err == nil {
 				b, err = inProcess()
 			}
 		} else {
 			if b, err = inProcess(); err == nil {
-				a, err = viaSocket()
+				a, err = viaSocket(nil)
 			}
 		}
 		if err != nil {
@@ -325,7 +350,7 @@ func streamTimes(ctx context.Context, c *client.Client, p *sidecar.Private, m po
 		if err != nil {
 			return 0, 0, 0, 0, 0, err
 		}
-		a2, err := viaSocket()
+		a2, err := viaSocket(streamCPU)
 		if err != nil {
 			return 0, 0, 0, 0, 0, err
 		}
@@ -361,9 +386,16 @@ func siblingBinary(name string) string {
 // startDaemonProcess runs ctxd as a child process on a temporary socket and
 // waits until it answers.
 func startDaemonProcess(ctx context.Context, bin, model string, ctxTokens int) (string, func(), error) {
+	sock, _, stop, err := startDaemonProcessPID(ctx, bin, model, ctxTokens)
+	return sock, stop, err
+}
+
+// startDaemonProcessPID is startDaemonProcess that also returns the
+// daemon's pid.
+func startDaemonProcessPID(ctx context.Context, bin, model string, ctxTokens int) (string, int, func(), error) {
 	dir, err := os.MkdirTemp("", "ctxbench-")
 	if err != nil {
-		return "", nil, err
+		return "", 0, nil, err
 	}
 	sock := filepath.Join(dir, "ctxd.sock")
 	cmd := exec.Command(bin, "--model", model, "--ctx", fmt.Sprint(ctxTokens), "--socket", sock,
@@ -372,7 +404,7 @@ func startDaemonProcess(ctx context.Context, bin, model string, ctxTokens int) (
 	cmd.Env = append(os.Environ(), benchDaemonEnv...)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
-		return "", nil, fmt.Errorf("starting %s: %w", bin, err)
+		return "", 0, nil, fmt.Errorf("starting %s: %w", bin, err)
 	}
 	stop := func() {
 		cmd.Process.Signal(syscall.SIGTERM)
@@ -384,11 +416,11 @@ func startDaemonProcess(ctx context.Context, bin, model string, ctxTokens int) (
 		c, err := client.Dial(ctx, sock)
 		if err == nil {
 			c.Close()
-			return sock, stop, nil
+			return sock, cmd.Process.Pid, stop, nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			stop()
-			return "", nil, fmt.Errorf("ctxd did not come up on %s: %v", sock, err)
+			return "", 0, nil, fmt.Errorf("ctxd did not come up on %s: %v", sock, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

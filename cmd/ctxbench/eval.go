@@ -105,7 +105,7 @@ func evalRecall(ctx context.Context, e *cli.Env, args []string) error {
 	seed := fs.Int64("seed", 1, "random seed")
 	asJSON := fs.Bool("json", false, "print JSON (with --needle both: an object with one result per needle kind)")
 	withDense := fs.Bool("dense", true, "also measure dense attention at the distance (capped at 8k tokens)")
-	threads := fs.Int("threads", 0, "llama.cpp threads (0: all CPUs; 1 is faster on a machine shared with other jobs)")
+	threads := fs.Int("threads", 0, "llama.cpp threads, pinned (0: auto, every core other processes leave free)")
 	aloneBaseline := fs.Bool("baseline-alone", false, "diagnostic: leave the needles not asked out of the baseline's window (filler in their place), so that the baseline holds the asked needle alone, as a retrieved block does")
 	aloneFar := fs.Bool("far-alone", false, "diagnostic: leave the needles not asked out of the far haystacks (filler in their place); the draws stay those of --needles")
 	baselineTokens := fs.Int("baseline-tokens", 0, "diagnostic: the baseline's haystack length in tokens (0: its own layout; at most what the window holds beside the query turn and the answer)")

@@ -27,7 +27,7 @@ func benchFair(ctx context.Context, e *cli.Env, args []string) error {
 	model := fs.String("model", defaultModel(), "model for the private daemon")
 	ctxTokens := fs.Int("ctx", 8192, "context tokens (the long decode must fit)")
 	hot := fs.Int("hot", 0, "hot-set budget (0: dense)")
-	threads := fs.Int("threads", 1, "engine threads (0: all CPUs; on a shared, loaded machine more than one thread makes every batch wait for the scheduler at each barrier)")
+	threads := fs.Int("threads", 1, "engine threads, pinned (0: auto, every core other processes leave free)")
 	clients := fs.Int("clients", 16, "clients taking short turns")
 	turns := fs.Int("turns", 12, "short turns per client in the baseline")
 	longTokens := fs.Int("long-tokens", 4000, "tokens of the long decode")

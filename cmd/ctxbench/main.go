@@ -15,7 +15,7 @@ const usage = `ctxbench — benchmarks and evaluations of ctxd (ratios measured 
 usage: ctxbench [--socket PATH] [--no-progress] COMMAND [flags]
 
 commands:
-  bench replay|socket|resume|crash|trace|fair|speed|http  benchmarks
+  bench replay|socket|resume|crash|trace|fair|speed|http|peer|engine  benchmarks
   eval recall                    needle recall beyond the trained window (needle.gguf)
   eval scale [--tokens 200000]   build a long session by streaming, time turns on it
   eval ppl [--tokens N] [--png F] perplexity vs position: dense, sliding, sinks+recent, ctxd
@@ -23,7 +23,8 @@ commands:
                                  write a llama GGUF with random weights (benchmark shapes)
 
 Benchmarks and evals take --model FILE and start a private daemon with it
-(bench replay and bench http talk to --socket or --url when asked to).
+(bench replay and bench http talk to --socket or --url when asked to;
+bench peer --url URL compares ctxd with another OpenAI-compatible server).
 Add --json for machine-readable output.
 Long operations draw a progress bar on stderr when it is a terminal;
 --no-progress or CTXD_NO_PROGRESS=1 turns it off.

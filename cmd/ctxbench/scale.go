@@ -49,7 +49,7 @@ func evalScale(ctx context.Context, e *cli.Env, args []string) error {
 	turns := fs.Int("turns", 5, "turns to time (median)")
 	traces := fs.String("traces", envOr("CTXD_TRACES", "../shared/traces"), "text for the session: SWE-agent trajectories")
 	asJSON := fs.Bool("json", false, "print JSON")
-	threads := fs.Int("threads", 0, "llama.cpp threads (0: all CPUs; 1 is faster on a machine shared with other jobs)")
+	threads := fs.Int("threads", 0, "llama.cpp threads, pinned (0: auto, every core other processes leave free)")
 	scorers := fs.String("scorers", "", "retrieval scorers: lexical, attention, both (default: ctxd's)")
 	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err

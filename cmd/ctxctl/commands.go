@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"sort"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/ctxd/ctxd/client"
@@ -41,17 +42,22 @@ func cmdStatus(ctx context.Context, e *cli.Env, args []string) error {
 			float64(cp.UsableBytes)/(1<<30), float64(cp.WeightsBytes)/(1<<20), float64(cp.OverheadBytes)/(1<<20))
 	}
 	if d := st.Device; d != nil {
+		// The daemon appends how it chose the CPU threads to the reason.
+		reason, threadsWhy, _ := strings.Cut(d.Reason, "; cpu threads: ")
 		if d.Name == "" {
-			fmt.Fprintf(w, "device\tCPU: all %d layers and the KV in host memory (%s)\n", d.Layers, d.Reason)
+			fmt.Fprintf(w, "device\tCPU: all %d layers and the KV in host memory (%s)\n", d.Layers, reason)
 		} else {
 			fmt.Fprintf(w, "device\t%s (%s, %s): %d of %d layers, output head %v; %.1f of %.1f GiB free at load\n",
 				d.Name, d.Backend, d.Description, d.GPULayers, d.Layers, d.OutputOnDevice,
 				float64(d.FreeBytes)/(1<<30), float64(d.TotalBytes)/(1<<30))
 			fmt.Fprintf(w, "  device memory\tweights %.1f MiB, KV %.1f MiB, compute %.1f MiB; host: weights %.1f MiB, KV %.1f MiB\n",
 				mib(d.WeightsBytes), mib(d.KVBytes), mib(d.ComputeBytes), mib(d.HostWeightsBytes), mib(d.HostKVBytes))
-			fmt.Fprintf(w, "  placement\t%s\n", d.Reason)
+			fmt.Fprintf(w, "  placement\t%s\n", reason)
 		}
 		fmt.Fprintf(w, "  cpu threads\t%d in the last decode call\n", d.Threads)
+		if threadsWhy != "" {
+			fmt.Fprintf(w, "  threads chosen\t%s\n", threadsWhy)
+		}
 	}
 	if cp := st.Capacity; cp.HotTokens > 0 {
 		fmt.Fprintf(w, "hot set\t%d tokens below window %d; arena %.1f MiB = %d tokens; sessions up to %d tokens\n",

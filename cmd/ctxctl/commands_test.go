@@ -41,6 +41,12 @@ func TestCommandsAgainstADaemon(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "Once upon a time, there was a little girl") {
 		t.Fatalf("generate: %d %q %s", code, out, errs)
 	}
+	// After a decode, status shows how the CPU threads were chosen
+	// (adaptive by default; one thread when the GPU computes).
+	code, out, errs = ctl(t, "--socket", sock, "status")
+	if code != 0 || !strings.Contains(out, "threads chosen") || !strings.Contains(out, "auto") && !strings.Contains(out, "GPU") {
+		t.Fatalf("status after generate: %d %s %s", code, out, errs)
+	}
 	// generate closed its session; nothing is left to explain.
 	code, _, errs = ctl(t, "--socket", sock, "explain")
 	if code != 1 || !strings.Contains(errs, "not found") {

@@ -104,7 +104,7 @@ func newConfig() *config {
 		bind("kv-type", "KV cache type: f16, q8_0 or f32 (q8_0 needs flash-attn)", &sc.KVType, kvTypeCodec, nil),
 		bind("flash-attn", "use flash attention", &sc.FlashAttention, boolCodec, nil),
 		bind("batch", "prefill batch size in tokens", &sc.BatchTokens, intCodec, positive),
-		bind("threads", "most CPU threads (0: all); each decode runs with fewer while other processes hold cores", &sc.Threads, intCodec, nonNegative),
+		bind("threads", "CPU threads: auto (each decode call uses every core other processes leave free) or N (exactly N, whatever the load)", &sc.Threads, threadsCodec, nil).printedAs(func() string { return threadsText(sc.Threads) }),
 		bind("max-conns", "connections served at once; more are refused", &sc.MaxConns, intCodec, positive),
 		bind("handshake-timeout", "how long a new connection may take to send its hello", &sc.HandshakeTimeout, durationCodec, positiveDuration),
 		bind("backend-dir", "folder of GPU backend libraries (make gpu GPU=vulkan|cuda puts them in bin/backends; empty: none, CPU only)", &sc.BackendDir, pathCodec, nil),
@@ -386,6 +386,42 @@ var hotCodec = codec[int]{
 		}
 		return v, err
 	},
+}
+
+// threadsCodec reads --threads: "auto" (policy.ThreadsAuto, also 0) or a
+// pinned count.
+var threadsCodec = codec[int]{
+	typeName: "auto|int",
+	parse: func(s string) (int, error) {
+		if strings.TrimSpace(s) == "auto" {
+			return policy.ThreadsAuto, nil
+		}
+		v, err := intCodec.parse(s)
+		if err == nil && v < 0 {
+			err = errors.New(`must not be negative (or "auto")`)
+		}
+		return v, err
+	},
+	decode: func(a any) (int, error) {
+		if s, ok := a.(string); ok {
+			if s == "auto" {
+				return policy.ThreadsAuto, nil
+			}
+			return 0, errors.New(`want "auto" or a number of threads`)
+		}
+		v, err := intCodec.decode(a)
+		if err == nil && v < 0 {
+			err = errors.New(`must not be negative (or "auto")`)
+		}
+		return v, err
+	},
+}
+
+func threadsText(v int) string {
+	if v == policy.ThreadsAuto {
+		return `"auto"`
+	}
+	return strconv.Itoa(v)
 }
 
 // resolveAuto settles settings whose default depends on others: hot =

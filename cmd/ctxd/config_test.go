@@ -174,6 +174,9 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{"uids not an array", "allow-uids = 1000\n", nil, nil, errInvalidValue, []string{"allow-uids", "an integer, want an array of uids"}},
 		{"log format", "log-format = \"json\"\n", nil, nil, errInvalidValue, []string{"log-format", "want one of auto, text, plain, journal"}},
 		{"zero batch", "batch = 0\n", nil, nil, errInvalidValue, []string{"batch", "must be positive"}},
+		{"negative threads", "threads = -2\n", nil, nil, errInvalidValue, []string{"threads", `must not be negative (or "auto")`}},
+		{"threads word", "", envMap{"CTXD_THREADS": "many"}, nil, errInvalidValue, []string{"threads", "env CTXD_THREADS", "not an integer"}},
+		{"threads string in file", "threads = \"all\"\n", nil, nil, errInvalidValue, []string{"threads", `want "auto" or a number of threads`}},
 		{"empty socket", "socket = \"\"\n", nil, nil, errInvalidValue, []string{"socket", "must not be empty"}},
 		{"unknown key", "model = \"m\"\nmodle = \"x\"\n", nil, nil, errUnknownKey,
 			[]string{`unknown key "modle" in ` + file + `:2 (did you mean "model"?)`}},
@@ -207,6 +210,41 @@ func TestConfigRejectsBadValues(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// --threads is "auto" (adapt to the load; the default, also 0) or a
+// pinned count, the same in the file, the environment and the flags.
+func TestThreadsAutoOrPinned(t *testing.T) {
+	file := hermetic(t)
+	for _, tc := range []struct {
+		file string
+		env  envMap
+		args []string
+		want int
+	}{
+		{"", nil, nil, policy.ThreadsAuto},
+		{"threads = \"auto\"\n", nil, nil, policy.ThreadsAuto},
+		{"threads = 3\n", nil, nil, 3},
+		{"", envMap{"CTXD_THREADS": "auto"}, nil, policy.ThreadsAuto},
+		{"", envMap{"CTXD_THREADS": "2"}, []string{"--threads", "auto"}, policy.ThreadsAuto},
+		{"", nil, []string{"--threads", "0"}, policy.ThreadsAuto},
+		{"", nil, []string{"--threads=4"}, 4},
+	} {
+		os.Remove(file)
+		if tc.file != "" {
+			writeFile(t, file, tc.file)
+		}
+		inv, err := parse(t, tc.env, tc.args...)
+		if err != nil {
+			t.Fatalf("%q %v %v: %v", tc.file, tc.env, tc.args, err)
+		}
+		if got := inv.cfg.server.Threads; got != tc.want {
+			t.Errorf("%q %v %v: threads %d, want %d", tc.file, tc.env, tc.args, got, tc.want)
+		}
+	}
+	if got := threadsText(policy.ThreadsAuto) + " " + threadsText(6); got != `"auto" 6` {
+		t.Errorf("print-config writes %s", got)
 	}
 }
 

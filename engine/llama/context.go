@@ -37,6 +37,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -63,8 +65,14 @@ type Context struct {
 	pool      *C.struct_ggml_threadpool
 	load      cpuLoad
 	threads   int // ggml threads set for the current call (0: none yet)
-	memory    engine.ContextMemory
-	evalcb    *evalState // graph callback state; nil: made without (benchmarks)
+	// What status reads while a call runs (Threads, ThreadsReason): the
+	// threads of the last call and the reasons of the last batch's and
+	// the last single-token step's policy.ThreadsDecision.
+	threadsNow atomic.Int32
+	batchWhy   atomic.Pointer[string]
+	decodeWhy  atomic.Pointer[string]
+	memory     engine.ContextMemory
+	evalcb     *evalState // graph callback state; nil: made without (benchmarks)
 	// shiftPending: cells were moved since the last llama_decode, so
 	// their K is not rotated yet (applyShifts).
 	shiftPending bool
@@ -319,27 +327,57 @@ func (c *Context) noteDecoded(rc C.int32_t) {
 	}
 }
 
-// setThreads sizes ggml's CPU threads for a batch of n tokens to the cores
-// free now (policy.ComputeThreads): a single token uses at most
-// DecodeThreads, a batch at most Threads.
+// setThreads sizes ggml's CPU threads for a batch of n tokens
+// (policy.ComputeThreads): pinned by ThreadsPinned, else to the cores other
+// processes leave free now, a single token at most DecodeThreads, a batch
+// at most Threads.
 func (c *Context) setThreads(n int) {
 	limit := c.opts.Threads
 	if n == 1 {
 		limit = c.opts.DecodeThreads
 	}
 	p := c.model.facts.Placement
-	t := policy.ComputeThreads(policy.ComputeThreadsInput{
-		CPUs: runtime.NumCPU(), Max: limit, Competitors: c.load.sample(time.Now()),
+	in := policy.ComputeThreadsInput{
+		CPUs: runtime.NumCPU(), Max: limit,
 		Offloaded: p.OutputOnGPU && p.GPULayers == c.model.facts.Layers,
-	})
-	if t != c.threads {
-		C.llama_set_n_threads(c.ctx, C.int32_t(t), C.int32_t(t))
-		c.threads = t
+	}
+	if c.opts.ThreadsPinned {
+		in.Pinned = c.opts.Threads
+	} else {
+		in.Others, in.Measured = c.load.sample(time.Now())
+	}
+	d := policy.ComputeThreads(in)
+	why := &c.batchWhy
+	if n == 1 {
+		why = &c.decodeWhy
+	}
+	if p := why.Load(); p == nil || *p != d.Reason {
+		why.Store(&d.Reason)
+	}
+	if d.Threads != c.threads {
+		C.llama_set_n_threads(c.ctx, C.int32_t(d.Threads), C.int32_t(d.Threads))
+		c.threads = d.Threads
+		c.threadsNow.Store(int32(d.Threads))
 	}
 }
 
-// Threads is the number of CPU threads the last decode call ran with.
-func (c *Context) Threads() int { return c.threads }
+// Threads is the number of CPU threads the last decode call ran with. It
+// may be called while a call runs (status does).
+func (c *Context) Threads() int { return int(c.threadsNow.Load()) }
+
+// ThreadsReason says how the last batch and the last single-token step
+// chose their threads (policy.ComputeThreads), for status. It may be
+// called while a call runs.
+func (c *Context) ThreadsReason() string {
+	var parts []string
+	if p := c.batchWhy.Load(); p != nil {
+		parts = append(parts, "batches "+*p)
+	}
+	if p := c.decodeWhy.Load(); p != nil {
+		parts = append(parts, "single tokens "+*p)
+	}
+	return strings.Join(parts, "; ")
+}
 
 // Memory reports the KV and compute buffers llama.cpp allocated for the
 // context, on the model's device and in host memory.
