@@ -207,11 +207,20 @@ func TestFakeSegmentReuseSnapshotKeepsApproximate(t *testing.T) {
 		}
 		d.snapshot(a, "approx")
 		b := d.open("b")
-		if _, err := d.restore(b, "approx"); err != nil {
+		rep, err := d.restore(b, "approx")
+		if err != nil {
 			t.Fatal(err)
 		}
-		if ex := d.explain(b); ex.GetApproximateTokens() != 120 {
-			t.Fatalf("hot %v: restored session reports %d approximate tokens, want 120", hot, ex.GetApproximateTokens())
+		// A dense restore reads saved blocks back or recomputes them
+		// (PlanRestore's choice from measured speeds): recomputed KV is
+		// exact, KV read back keeps its approximation. The approximate
+		// part starts after the BOS and the 100 system tokens.
+		want := int64(120)
+		if !hot && rep.GetRestoredTokens() <= 1+100 {
+			want = 0
+		}
+		if ex := d.explain(b); ex.GetApproximateTokens() != want {
+			t.Fatalf("hot %v: restored session reports %d approximate tokens, want %d (restore %+v)", hot, ex.GetApproximateTokens(), want, rep)
 		}
 	}
 }
