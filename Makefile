@@ -136,7 +136,7 @@ test-fake: headers
 # run. FUZZ_PARALLEL bounds the workers (default: every core).
 FUZZTIME ?= 20s
 FUZZ_PARALLEL ?= 0
-FUZZ_TARGETS := ./internal/jinja:FuzzRender \
+FUZZ_TARGETS := ./third_party/jinja:FuzzRender \
 	./httpapi:FuzzOpenAIChatRequest ./httpapi:FuzzOpenAICompletionRequest \
 	./httpapi:FuzzOllamaChatRequest ./httpapi:FuzzOllamaGenerateRequest \
 	./httpapi:FuzzAnthropicRequest ./httpapi:FuzzResponsesRequest

@@ -4,7 +4,7 @@
 // and tool calls.
 //
 // Rendering uses the model's tokenizer.chat_template (Jinja, evaluated by
-// internal/jinja, a fork of github.com/ardanlabs/jinja that runs every
+// third_party/jinja, a fork of github.com/ardanlabs/jinja that runs every
 // render in a box: steps, call depth, value and output sizes and time are
 // bounded, a renderer panic is an error); a model without one gets the fallback, a
 // ChatML-like layout of plain text markers (see fallback.go). The rendering
@@ -32,7 +32,7 @@
 // Invariants, which every file in this package keeps:
 //
 //   - A model's template never crashes or exhausts the process: it runs
-//     within limits (internal/jinja), and a conversation over MaxMessages,
+//     within limits (third_party/jinja), and a conversation over MaxMessages,
 //     MaxTools or MaxTextBytes is refused before it renders (ErrLimit). A
 //     rendering ends with ErrCancelled soon after its context ends, and
 //     such an ending is never cached.

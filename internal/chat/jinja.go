@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ctxd/ctxd/internal/jinja"
+	"github.com/ctxd/ctxd/third_party/jinja"
 )
 
 // newJinja compiles info.ChatTemplate and returns its renderer. The

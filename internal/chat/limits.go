@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ctxd/ctxd/internal/jinja"
+	"github.com/ctxd/ctxd/third_party/jinja"
 	"github.com/ctxd/ctxd/policy"
 )
 
@@ -28,7 +28,7 @@ const (
 	RenderTimeout = 10 * time.Second
 )
 
-// renderLimits bound every run of a model's template (internal/jinja): a
+// renderLimits bound every run of a model's template (third_party/jinja): a
 // template is code from a downloaded file and runs in this box.
 var renderLimits = jinja.Limits{
 	MaxSteps: 10_000_000,
