@@ -19,6 +19,8 @@ commands:
   eval recall                    needle recall beyond the trained window (needle.gguf)
   eval scale [--tokens 200000]   build a long session by streaming, time turns on it
   eval ppl [--tokens N] [--png F] perplexity vs position: dense, sliding, sinks+recent, ctxd
+  eval reuse [--sessions opencode,qwen] [--traces F.traj]
+                                 segment reuse past an early change vs exact prefill: KL, top-1, greedy, time, needle
   gen-model --out FILE [--layers 24 --embd 896 --heads 14 --kv-heads 2 --ffn 4864]
                                  write a llama GGUF with random weights (benchmark shapes)
 

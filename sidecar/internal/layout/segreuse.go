@@ -59,6 +59,8 @@ func (t *Tape) withTail(target Prompt, from int) (Prompt, policy.ReuseRun) {
 type segmentReuse struct {
 	full Prompt
 	plan policy.SegmentReusePlan
+	// matchedIn are the matched tokens inside target (not its moved tail).
+	matchedIn int
 }
 
 // planReuse matches target's segments past kept (where it first differs
@@ -92,7 +94,11 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 		return segmentReuse{}, false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 	}
 	r.ReuseChoice, r.Budget = plan.Choice, plan.BudgetTokens
-	return segmentReuse{full: full, plan: plan}, len(plan.Runs) > 0, nil
+	matchedIn := 0
+	for _, run := range runs {
+		matchedIn += max(0, min(run.Dst+run.Len, len(target.Tokens))-run.Dst)
+	}
+	return segmentReuse{full: full, plan: plan, matchedIn: matchedIn}, len(plan.Runs) > 0, nil
 }
 
 // countReuse fills r after a segment-reuse sync that kept the first kept
@@ -106,7 +112,9 @@ func countReuse(r *SyncResult, tape *Tape, target Prompt, sr segmentReuse, kept,
 	}
 	r.Reused, r.Approximate = kept+in, approxKept+in
 	r.Prefilled = lim - r.Reused
-	r.Recomputed = min(sr.plan.Recomputed, r.Prefilled)
+	// Recomputed inside target: its matched tokens not moved (a moved
+	// tail's recomputed head is the next call's reuse).
+	r.Recomputed = max(0, min(sr.matchedIn-in, r.Prefilled))
 	tape.spans = ClipSpans(sr.full.Spans, len(tape.tokens))
 }
 
