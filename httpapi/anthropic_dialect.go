@@ -18,9 +18,10 @@ type anthropicDialect struct {
 	model string
 	stops []string // the request's stop_sequences
 
-	blocks   int  // content blocks started
-	openText bool // a text block is open (index blocks-1)
-	nCalls   int  // tool_use blocks
+	blocks    int  // content blocks started
+	openText  bool // a text block is open (index blocks-1)
+	openThink bool // a thinking block is open (index blocks-1)
+	nCalls    int  // tool_use blocks
 }
 
 func newAnthropicDialect(t *chatTurn, stops []string) *anthropicDialect {
@@ -75,8 +76,38 @@ func (d *anthropicDialect) closeText() []wireEvent {
 	return []wireEvent{{name: "content_block_stop", data: map[string]any{"type": "content_block_stop", "index": d.blocks - 1}}}
 }
 
+// closeThink ends an open thinking block. ctxd signs nothing: the
+// signature is empty (clients that send thinking back to ctxd are read as
+// they are).
+func (d *anthropicDialect) closeThink() []wireEvent {
+	if !d.openThink {
+		return nil
+	}
+	d.openThink = false
+	i := d.blocks - 1
+	return []wireEvent{
+		{name: "content_block_delta", data: map[string]any{"type": "content_block_delta", "index": i, "delta": map[string]any{"type": "signature_delta", "signature": ""}}},
+		{name: "content_block_stop", data: map[string]any{"type": "content_block_stop", "index": i}},
+	}
+}
+
+func (d *anthropicDialect) reasoning(text string) []wireEvent {
+	evs := d.closeText()
+	if !d.openThink {
+		evs = append(evs, wireEvent{name: "content_block_start", data: map[string]any{"type": "content_block_start", "index": d.blocks,
+			"content_block": map[string]any{"type": "thinking", "thinking": "", "signature": ""}}})
+		d.blocks++
+		d.openThink = true
+	}
+	return append(evs, wireEvent{name: "content_block_delta", data: map[string]any{"type": "content_block_delta", "index": d.blocks - 1,
+		"delta": map[string]any{"type": "thinking_delta", "thinking": text}}})
+}
+
 func (d *anthropicDialect) delta(text string, calls []chat.ToolCall) []wireEvent {
 	var evs []wireEvent
+	if text != "" || len(calls) > 0 {
+		evs = d.closeThink()
+	}
 	if text != "" {
 		if !d.openText {
 			evs = append(evs, wireEvent{name: "content_block_start", data: map[string]any{"type": "content_block_start", "index": d.blocks,
@@ -105,7 +136,7 @@ func (d *anthropicDialect) delta(text string, calls []chat.ToolCall) []wireEvent
 }
 
 func (d *anthropicDialect) closing(o *turnOut) []wireEvent {
-	evs := d.closeText()
+	evs := append(d.closeThink(), d.closeText()...)
 	res, _ := o.result()
 	reason, seq := d.stopReason(res, d.nCalls > 0)
 	evs = append(evs,
@@ -121,6 +152,9 @@ func (d *anthropicDialect) failure(err error) []wireEvent {
 
 func (d *anthropicDialect) body(o *turnOut) any {
 	content := []any{}
+	if o.reasoning != "" {
+		content = append(content, map[string]any{"type": "thinking", "thinking": o.reasoning, "signature": ""})
+	}
 	if o.text != "" {
 		content = append(content, map[string]any{"type": "text", "text": o.text})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/internal/chat"
+	"github.com/ctxd/ctxd/policy"
 )
 
 // The one turn loop. Every API (OpenAI Chat Completions and Completions,
@@ -29,6 +30,9 @@ type dialect interface {
 	opening(o *turnOut) []wireEvent
 	// keepAlive is sent while nothing else is (a prefill runs).
 	keepAlive() wireEvent
+	// reasoning is newly generated reasoning of a reasoning model (its
+	// <think> text, chat.ReasoningSplitter), shown apart from the reply.
+	reasoning(text string) []wireEvent
 	// delta is newly generated text safe to show and completed tool calls.
 	delta(text string, calls []chat.ToolCall) []wireEvent
 	// closing ends a stream that succeeded; o is complete.
@@ -59,6 +63,7 @@ type turnOut struct {
 	prefilled bool
 	res       turnResult
 	text      string          // all text shown (non-streaming: the whole reply)
+	reasoning string          // all reasoning shown
 	calls     []chat.ToolCall // all tool calls
 }
 
@@ -78,8 +83,10 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, t *chatTurn, 
 		return
 	}
 	var parser chat.ToolParser = passText{}
+	split := &chat.ReasoningSplitter{} // raw completions: all text is reply
 	if t.chat {
 		parser = t.model.tmpl.NewToolParser(t.tools)
+		split = t.model.tmpl.NewReasoningSplitter(promptEnd(t.manifest))
 	}
 	ls, how, err := s.table.acquire(ctx, t.key, t.family, t.manifest)
 	if err != nil {
@@ -115,9 +122,11 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, t *chatTurn, 
 			return
 		}
 		finish(res)
-		a, c := parser.Feed(res.text)
+		r1, reply := split.Feed(res.text)
+		r2, rest := split.Flush()
+		a, c := parser.Feed(reply + rest)
 		b, e := parser.Flush()
-		o.text, o.calls = a+b, append(c, e...)
+		o.reasoning, o.text, o.calls = r1+r2, a+b, append(c, e...)
 		if res.clamped {
 			w.Header().Set(clampHeader, clampValue(res))
 		}
@@ -141,10 +150,23 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, t *chatTurn, 
 		o.mu.Unlock()
 		return sw.send(d.delta(text, calls)...)
 	}
+	// showPiece splits a generated piece into reasoning and reply; the
+	// reply goes through the tool-call parser.
+	showPiece := func(reasoning, reply string) error {
+		if reasoning != "" {
+			o.mu.Lock()
+			o.reasoning += reasoning
+			o.mu.Unlock()
+			if err := sw.send(d.reasoning(reasoning)...); err != nil {
+				return err
+			}
+		}
+		return show(parser.Feed(reply))
+	}
 	hooks := turnHooks{
 		prefilled: prefilled,
 		progress:  func() { sw.begin() },
-		text:      func(piece string) error { return show(parser.Feed(piece)) },
+		text:      func(piece string) error { return showPiece(split.Feed(piece)) },
 	}
 	res, err := s.runTurn(ctx, ls, t.model, t.manifest, t.params, hooks)
 	if err != nil {
@@ -165,6 +187,9 @@ func (s *Server) serveTurn(w http.ResponseWriter, r *http.Request, t *chatTurn, 
 	finish(res)
 	sw.close() // no keep-alive after the last events
 	if err := sw.begin(); err != nil {
+		return
+	}
+	if err := showPiece(split.Flush()); err != nil {
 		return
 	}
 	if err := show(parser.Flush()); err != nil {
@@ -196,6 +221,15 @@ func capMaxTokens(h http.Header, p *decodeParams) error {
 		p.maxTokens = n
 	}
 	return nil
+}
+
+// promptEnd is the text the rendered prompt ends with (its last segment:
+// the generation prompt), where a template may open a think block.
+func promptEnd(m policy.Manifest) string {
+	if len(m.Segments) == 0 {
+		return ""
+	}
+	return m.Segments[len(m.Segments)-1].Text
 }
 
 // passText is the parser of raw completions: all text is text.

@@ -42,6 +42,23 @@ func (d *ollamaDialect) opening(*turnOut) []wireEvent {
 
 func (d *ollamaDialect) keepAlive() wireEvent { return wireEvent{data: d.event("", nil, false)} }
 
+// withThinking adds a reasoning model's thinking where Ollama puts it.
+func (d *ollamaDialect) withThinking(ev map[string]any, thinking string) map[string]any {
+	if thinking == "" {
+		return ev
+	}
+	if msg, ok := ev["message"].(map[string]any); ok {
+		msg["thinking"] = thinking
+	} else {
+		ev["thinking"] = thinking
+	}
+	return ev
+}
+
+func (d *ollamaDialect) reasoning(text string) []wireEvent {
+	return []wireEvent{{data: d.withThinking(d.event("", nil, false), text)}}
+}
+
 func (d *ollamaDialect) delta(text string, calls []chat.ToolCall) []wireEvent {
 	return []wireEvent{{data: d.event(text, calls, false)}}
 }
@@ -71,5 +88,5 @@ func (d *ollamaDialect) failure(err error) []wireEvent {
 }
 
 func (d *ollamaDialect) body(o *turnOut) any {
-	return d.final(d.event(o.text, o.calls, true), o)
+	return d.final(d.withThinking(d.event(o.text, o.calls, true), o.reasoning), o)
 }

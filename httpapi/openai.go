@@ -226,9 +226,12 @@ func newID(prefix string) string {
 }
 
 type oaiDelta struct {
-	Role      string        `json:"role,omitempty"`
-	Content   *string       `json:"content,omitempty"`
-	ToolCalls []oaiToolCall `json:"tool_calls,omitempty"`
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+	// ReasoningContent is a reasoning model's thinking, in the field
+	// llama-server and DeepSeek's API use.
+	ReasoningContent *string       `json:"reasoning_content,omitempty"`
+	ToolCalls        []oaiToolCall `json:"tool_calls,omitempty"`
 }
 
 type oaiChunkChoice struct {

@@ -49,6 +49,10 @@ func (d *openaiDialect) keepAlive() wireEvent {
 	return wireEvent{data: d.chunk(oaiDelta{Content: strp("")}, nil)}
 }
 
+func (d *openaiDialect) reasoning(text string) []wireEvent {
+	return []wireEvent{{data: d.chunk(oaiDelta{ReasoningContent: strp(text)}, nil)}}
+}
+
 func (d *openaiDialect) delta(text string, calls []chat.ToolCall) []wireEvent {
 	var evs []wireEvent
 	if text != "" {
@@ -99,6 +103,9 @@ func (d *openaiDialect) body(o *turnOut) any {
 		"usage": usage, "timings": timings, "ctxd": d.extra(o), "system_fingerprint": "ctxd"}
 	if d.chat {
 		msg := map[string]any{"role": "assistant", "content": o.text}
+		if o.reasoning != "" {
+			msg["reasoning_content"] = o.reasoning
+		}
 		if len(o.calls) > 0 {
 			msg["tool_calls"] = toolCallsWire(o.calls, 0)
 			if o.text == "" {

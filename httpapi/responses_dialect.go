@@ -26,9 +26,11 @@ type responsesDialect struct {
 	temperature  *float64
 	topP         *float64
 
-	output  []any  // finished output items
-	msgID   string // the open message item ("" = none)
-	msgText string
+	output     []any  // finished output items
+	msgID      string // the open message item ("" = none)
+	msgText    string
+	reasonID   string // the open reasoning item ("" = none)
+	reasonText string
 }
 
 func newResponsesDialect(t *chatTurn, kinds map[string]string, req *respRequest) *responsesDialect {
@@ -91,6 +93,39 @@ func messageItem(id, text, status string) map[string]any {
 		"content": []any{map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": []any{}}}}
 }
 
+func reasoningItem(id, text, status string) map[string]any {
+	return map[string]any{"id": id, "type": "reasoning", "status": status, "summary": []any{},
+		"content": []any{map[string]any{"type": "reasoning_text", "text": text}}}
+}
+
+// closeReasoning finishes the open reasoning item.
+func (d *responsesDialect) closeReasoning() []wireEvent {
+	if d.reasonID == "" {
+		return nil
+	}
+	idx := len(d.output)
+	item := reasoningItem(d.reasonID, d.reasonText, "completed")
+	evs := []wireEvent{
+		d.ev("response.reasoning_text.done", map[string]any{"item_id": d.reasonID, "output_index": idx, "content_index": 0, "text": d.reasonText}),
+		d.ev("response.output_item.done", map[string]any{"output_index": idx, "item": item}),
+	}
+	d.output = append(d.output, item)
+	d.reasonID, d.reasonText = "", ""
+	return evs
+}
+
+func (d *responsesDialect) reasoning(text string) []wireEvent {
+	evs := d.closeMessage()
+	idx := len(d.output)
+	if d.reasonID == "" {
+		d.reasonID = newID("rs_")
+		evs = append(evs, d.ev("response.output_item.added", map[string]any{"output_index": idx,
+			"item": map[string]any{"id": d.reasonID, "type": "reasoning", "status": "in_progress", "summary": []any{}, "content": []any{}}}))
+	}
+	d.reasonText += text
+	return append(evs, d.ev("response.reasoning_text.delta", map[string]any{"item_id": d.reasonID, "output_index": idx, "content_index": 0, "delta": text}))
+}
+
 // closeMessage finishes the open message item.
 func (d *responsesDialect) closeMessage() []wireEvent {
 	if d.msgID == "" {
@@ -151,6 +186,9 @@ func (d *responsesDialect) callItem(c chat.ToolCall, status string, partial bool
 
 func (d *responsesDialect) delta(text string, calls []chat.ToolCall) []wireEvent {
 	var evs []wireEvent
+	if text != "" || len(calls) > 0 {
+		evs = d.closeReasoning()
+	}
 	if text != "" {
 		idx := len(d.output)
 		if d.msgID == "" {
@@ -195,7 +233,7 @@ func (d *responsesDialect) delta(text string, calls []chat.ToolCall) []wireEvent
 }
 
 func (d *responsesDialect) closing(o *turnOut) []wireEvent {
-	evs := d.closeMessage()
+	evs := append(d.closeReasoning(), d.closeMessage()...)
 	return append(evs, d.ev("response.completed", map[string]any{"response": d.response("completed", d.output, o)}))
 }
 
@@ -212,6 +250,9 @@ func (d *responsesDialect) failure(err error) []wireEvent {
 
 func (d *responsesDialect) body(o *turnOut) any {
 	var output []any
+	if o.reasoning != "" {
+		output = append(output, reasoningItem(newID("rs_"), o.reasoning, "completed"))
+	}
 	if o.text != "" {
 		output = append(output, messageItem(newID("msg_"), o.text, "completed"))
 	}

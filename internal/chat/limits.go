@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ctxd/ctxd/third_party/jinja"
 	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/third_party/jinja"
 )
 
 // Limits of one rendering, checked before any work so a conversation

@@ -36,6 +36,9 @@ type Template struct {
 	markers []string
 	// cuts remembers the renderings that found cut points (cutcache.go).
 	cuts cutCache
+	// thinks: the template writes <think>…</think> (a reasoning model);
+	// its replies are split by NewReasoningSplitter.
+	thinks bool
 }
 
 // NewTemplate parses the model's template; ChatTemplate == "" selects the
@@ -59,6 +62,7 @@ func NewTemplate(info ModelInfo) (*Template, error) {
 		bos:     info.BOS,
 		render:  r,
 		markers: templateMarkers(info),
+		thinks:  strings.Contains(info.ChatTemplate, thinkOpen) && strings.Contains(info.ChatTemplate, thinkClose),
 	}
 	if err := t.checkSamples(); err != nil {
 		return nil, err
