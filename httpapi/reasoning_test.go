@@ -35,16 +35,7 @@ func startThinker(t *testing.T, pieces []string) string {
 		t.Fatal(err)
 	}
 	f := &thinker{scripted: &scripted{model: "/models/qwen3.gguf", pieces: pieces}, tmpl: string(src)}
-	s := New(f, Config{Addr: "127.0.0.1:0", Logger: testLogger(t)})
-	ln, err := s.Listen()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return "http://" + ln.Addr().String()
+	return serveBackend(t, f, Config{})
 }
 
 // A reasoning model's <think> text reaches every API apart from the reply:

@@ -22,8 +22,16 @@ import (
 func startScripted(t *testing.T, f *scripted, hc Config) (string, openai.Client) {
 	t.Helper()
 	f.model = testmodel.Stories(t) // its GGUF has no chat template: the fallback (Hermes tool calls)
+	base := serveBackend(t, f, hc)
+	return base, openai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+}
+
+// serveBackend serves the door in front of b until the test ends and
+// returns its base URL.
+func serveBackend(t *testing.T, b Backend, hc Config) string {
+	t.Helper()
 	hc.Addr, hc.Logger = "127.0.0.1:0", testLogger(t)
-	s := New(f, hc)
+	s := New(b, hc)
 	ln, err := s.Listen()
 	if err != nil {
 		t.Fatal(err)
@@ -32,8 +40,7 @@ func startScripted(t *testing.T, f *scripted, hc Config) (string, openai.Client)
 	done := make(chan struct{})
 	go func() { defer close(done); s.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
-	base := "http://" + ln.Addr().String()
-	return base, openai.NewClient(option.WithBaseURL(base+"/v1"), option.WithAPIKey("x"), option.WithMaxRetries(0))
+	return "http://" + ln.Addr().String()
 }
 
 var readFileTool = openai.ChatCompletionFunctionTool(shared.FunctionDefinitionParam{

@@ -360,62 +360,41 @@ var durationCodec = codec[time.Duration]{
 	},
 }
 
-// hotCodec reads the hot budget: "auto" (sidecar.HotAuto) or tokens.
-var hotCodec = codec[int]{
-	typeName: "auto|int",
-	parse: func(s string) (int, error) {
-		if strings.TrimSpace(s) == "auto" {
-			return sidecar.HotAuto, nil
-		}
-		v, err := intCodec.parse(s)
+// autoIntCodec reads "auto" (the value auto) or a count of unit that is
+// not negative.
+func autoIntCodec(auto int, unit string) codec[int] {
+	notNegative := func(v int, err error) (int, error) {
 		if err == nil && v < 0 {
 			err = errors.New(`must not be negative (or "auto")`)
 		}
 		return v, err
-	},
-	decode: func(a any) (int, error) {
-		if s, ok := a.(string); ok {
-			if s == "auto" {
-				return sidecar.HotAuto, nil
+	}
+	return codec[int]{
+		typeName: "auto|int",
+		parse: func(s string) (int, error) {
+			if strings.TrimSpace(s) == "auto" {
+				return auto, nil
 			}
-			return 0, errors.New(`want "auto" or a number of tokens`)
-		}
-		v, err := intCodec.decode(a)
-		if err == nil && v < 0 {
-			err = errors.New(`must not be negative (or "auto")`)
-		}
-		return v, err
-	},
+			return notNegative(intCodec.parse(s))
+		},
+		decode: func(a any) (int, error) {
+			if s, ok := a.(string); ok {
+				if s == "auto" {
+					return auto, nil
+				}
+				return 0, fmt.Errorf(`want "auto" or a number of %s`, unit)
+			}
+			return notNegative(intCodec.decode(a))
+		},
+	}
 }
+
+// hotCodec reads the hot budget: "auto" (sidecar.HotAuto) or tokens.
+var hotCodec = autoIntCodec(sidecar.HotAuto, "tokens")
 
 // threadsCodec reads --threads: "auto" (policy.ThreadsAuto, also 0) or a
 // pinned count.
-var threadsCodec = codec[int]{
-	typeName: "auto|int",
-	parse: func(s string) (int, error) {
-		if strings.TrimSpace(s) == "auto" {
-			return policy.ThreadsAuto, nil
-		}
-		v, err := intCodec.parse(s)
-		if err == nil && v < 0 {
-			err = errors.New(`must not be negative (or "auto")`)
-		}
-		return v, err
-	},
-	decode: func(a any) (int, error) {
-		if s, ok := a.(string); ok {
-			if s == "auto" {
-				return policy.ThreadsAuto, nil
-			}
-			return 0, errors.New(`want "auto" or a number of threads`)
-		}
-		v, err := intCodec.decode(a)
-		if err == nil && v < 0 {
-			err = errors.New(`must not be negative (or "auto")`)
-		}
-		return v, err
-	},
-}
+var threadsCodec = autoIntCodec(policy.ThreadsAuto, "threads")
 
 func threadsText(v int) string {
 	if v == policy.ThreadsAuto {
