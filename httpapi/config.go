@@ -20,7 +20,8 @@ type Config struct {
 	// prompts of a few hundred KiB; long sessions reach a few MiB).
 	MaxBodyBytes int64
 	// MaxSessions caps the live sessions the door keeps (default 16); the
-	// least recently used idle one is closed first.
+	// least recently used idle one is closed first, and while every one is
+	// busy a new conversation waits for one to be released.
 	MaxSessions int
 	// KeepAlive is the longest a streaming response stays silent while a
 	// prompt is prefilled (default 5 s; clients give up after 10 s or more

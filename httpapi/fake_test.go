@@ -24,6 +24,15 @@ type scripted struct {
 
 	mu   sync.Mutex
 	next uint64
+	open int // sessions open now, and the most at once
+	most int
+}
+
+// maxOpen is the most sessions that were open at once.
+func (f *scripted) maxOpen() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.most
 }
 
 func (f *scripted) NewConnID() uint64 { return 7 }
@@ -38,6 +47,8 @@ func (f *scripted) Handle(ctx context.Context, connID uint64, req *pb.Request, e
 		f.mu.Lock()
 		f.next++
 		id := f.next
+		f.open++
+		f.most = max(f.most, f.open)
 		f.mu.Unlock()
 		return &pb.Response{Body: &pb.Response_OpenSession{OpenSession: &pb.OpenSessionReply{SessionId: id, ContextTokens: 100000}}}
 	case *pb.Request_EnsurePrefix:
@@ -78,6 +89,9 @@ func (f *scripted) Handle(ctx context.Context, connID uint64, req *pb.Request, e
 		reply.Text = text.String()
 		return &pb.Response{Body: &pb.Response_Decode{Decode: reply}}
 	case *pb.Request_CloseSession:
+		f.mu.Lock()
+		f.open--
+		f.mu.Unlock()
 		return &pb.Response{Body: &pb.Response_CloseSession{CloseSession: &pb.CloseSessionReply{}}}
 	}
 	return &pb.Response{Error: &pb.Error{Code: pb.ErrorCode_ERROR_CODE_INVALID_ARGUMENT, Message: "scripted: not scripted"}}

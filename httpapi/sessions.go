@@ -57,9 +57,18 @@ type sessionTable struct {
 	srv  *Server
 	mu   sync.Mutex
 	live []*liveSession
+	// opening counts sessions being opened: with live they never pass
+	// MaxSessions, however many requests arrive at once.
+	opening int
+	// released is closed (and replaced) whenever a request releases a
+	// session: a request that found every session busy in a full table
+	// waits for it.
+	released chan struct{}
 }
 
-func newSessionTable(s *Server) *sessionTable { return &sessionTable{srv: s} }
+func newSessionTable(s *Server) *sessionTable {
+	return &sessionTable{srv: s, released: make(chan struct{})}
+}
 
 // sessionKey is the request's affinity key.
 func sessionKey(h http.Header, promptCacheKey, user string) string {
@@ -145,17 +154,26 @@ func (t *sessionTable) release(ls *liveSession, segs []string) {
 	}
 	ls.lastUsed = time.Now()
 	ls.users--
+	close(t.released)
+	t.released = make(chan struct{})
 	t.mu.Unlock()
 	<-ls.lock
 }
 
 // open opens a daemon session, closing the least recently used idle one
-// first when the table is full.
+// first when the table is full; when every session of a full table is
+// busy it waits until one is released (or ctx ends): the table never
+// holds more than MaxSessions.
 func (t *sessionTable) open(ctx context.Context, key, family string, segs []string) (*liveSession, error) {
-	t.evict(ctx, 1)
+	if err := t.reserve(ctx); err != nil {
+		return nil, err
+	}
 	name := sessionName(key, segs)
 	resp := t.srv.backend.Handle(ctx, t.srv.connID, &pb.Request{Body: &pb.Request_OpenSession{OpenSession: &pb.OpenSessionRequest{Name: name}}}, nil)
 	if resp.GetError() != nil {
+		t.mu.Lock()
+		t.opening--
+		t.mu.Unlock()
 		err := protocol.FromWire(resp.GetError())
 		t.srv.noteError(err)
 		return nil, err
@@ -163,34 +181,44 @@ func (t *sessionTable) open(ctx context.Context, key, family string, segs []stri
 	r := resp.GetOpenSession()
 	ls := &liveSession{id: r.GetSessionId(), key: key, family: family, segs: segs, contextTokens: int(r.GetContextTokens()), lastUsed: time.Now(), lock: make(chan struct{}, 1), users: 1}
 	t.mu.Lock()
+	t.opening--
 	t.live = append(t.live, ls)
 	t.mu.Unlock()
 	t.srv.log.Debug("session opened", "session", ls.id, "key", key, "live", len(t.live))
 	return ls, nil
 }
 
-// evict closes least recently used idle sessions until room more fit.
-func (t *sessionTable) evict(ctx context.Context, room int) {
+// reserve takes a place in the table for a session about to be opened,
+// closing idle sessions (policy.EvictSession chooses) while the table is
+// full, and waiting for a release while every session is busy.
+func (t *sessionTable) reserve(ctx context.Context) error {
 	for {
 		t.mu.Lock()
-		if len(t.live)+room <= t.srv.cfg.MaxSessions {
+		if len(t.live)+t.opening < t.srv.cfg.MaxSessions {
+			t.opening++
 			t.mu.Unlock()
-			return
+			return nil
 		}
 		cands := make([]policy.SessionCandidate, len(t.live))
 		for i, ls := range t.live {
 			cands[i] = policy.SessionCandidate{Key: ls.key, Segments: ls.segs, Busy: ls.users > 0, LastUsed: ls.lastUsed.UnixNano()}
 		}
-		i := policy.EvictSession(cands)
-		if i < 0 {
+		if i := policy.EvictSession(cands); i >= 0 {
+			lru := t.live[i]
+			t.removeLocked(lru)
 			t.mu.Unlock()
-			return // every session is busy: go over the cap for now
+			t.srv.log.Info("HTTP session closed (least recently used)", "session", lru.id, "key", lru.key, "cap", t.srv.cfg.MaxSessions)
+			t.closeSession(ctx, lru)
+			continue
 		}
-		lru := t.live[i]
-		t.removeLocked(lru)
+		released := t.released
 		t.mu.Unlock()
-		t.srv.log.Info("HTTP session closed (least recently used)", "session", lru.id, "key", lru.key, "cap", t.srv.cfg.MaxSessions)
-		t.closeSession(ctx, lru)
+		select {
+		case <-released:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: all %d HTTP sessions are busy (--http-sessions) and the request ended while waiting for one: %w",
+				protocol.ErrSessionBusy, t.srv.cfg.MaxSessions, ctx.Err())
+		}
 	}
 }
 

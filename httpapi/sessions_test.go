@@ -2,9 +2,13 @@ package httpapi
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -151,5 +155,43 @@ func TestResumeAfterRestart(t *testing.T) {
 		again.Usage.PromptTokensDetails.CachedTokens, again.JSON.ExtraFields["ctxd"].Raw())
 	if c := again.Usage.PromptTokensDetails.CachedTokens; float64(c) < 0.9*float64(first.Usage.PromptTokens) {
 		t.Errorf("after a restart only %d of %d prompt tokens came back", c, first.Usage.PromptTokens)
+	}
+}
+
+// TestSessionTableStaysCapped: many conversations at once never hold more
+// than MaxSessions sessions; a request that finds every session busy
+// waits for one to be released (before, the table grew past the cap: 48
+// of 16 under load).
+func TestSessionTableStaysCapped(t *testing.T) {
+	f := &scripted{pieces: []string{"ok"}, prefillDelay: 100 * time.Millisecond}
+	base, _ := startScripted(t, f, Config{MaxSessions: 2})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	codes := map[int]int{}
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := `{"messages":[{"role":"system","content":"conversation ` + strconv.Itoa(i) + ` ` + longText(20) + `"},{"role":"user","content":"hi"}],"max_tokens":2}`
+			req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("X-Session-Id", "k"+strconv.Itoa(i))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			codes[resp.StatusCode]++
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if codes[200] != 8 {
+		t.Errorf("status codes %v, want 8 × 200", codes)
+	}
+	if f.maxOpen() > 2 {
+		t.Errorf("%d daemon sessions open at once, cap 2", f.maxOpen())
 	}
 }
