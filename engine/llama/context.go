@@ -51,20 +51,23 @@ const seqMax = 2
 // Context is a llama.cpp context: one KV cache with a session sequence and
 // a scratch sequence.
 type Context struct {
-	model     *Model
-	ctx       *C.struct_llama_context
-	mem       C.llama_memory_t
-	batch     C.struct_llama_batch
-	abort     *C.int32_t
-	opts      engine.ContextOptions
-	nCtx      int
-	seq       engine.PosSet // occupied positions of the session sequence
-	logits    []float32
-	hasLogits bool
-	closed    bool
-	pool      *C.struct_ggml_threadpool
-	load      cpuLoad
-	threads   int // ggml threads set for the current call (0: none yet)
+	model *Model
+	ctx   *C.struct_llama_context
+	mem   C.llama_memory_t
+	batch C.struct_llama_batch
+	abort *C.int32_t
+	// abortAtStart (tests only) sets the abort flag as a decode starts, as
+	// a cancel arriving at once would.
+	abortAtStart bool
+	opts         engine.ContextOptions
+	nCtx         int
+	seq          engine.PosSet // occupied positions of the session sequence
+	logits       []float32
+	hasLogits    bool
+	closed       bool
+	pool         *C.struct_ggml_threadpool
+	load         cpuLoad
+	threads      int // ggml threads set for the current call (0: none yet)
 	// What status reads while a call runs (Threads, ThreadsReason): the
 	// threads of the last call and the reasons of the last batch's and
 	// the last single-token step's policy.ThreadsDecision.
@@ -241,7 +244,15 @@ func (c *Context) checkDecode(ctx context.Context, tokens []engine.Token, pos0 i
 // or abandoned by the caller).
 func (c *Context) decode(ctx context.Context, tokens []engine.Token, pos0 int, k *capture) error {
 	n := len(tokens)
+	// Pending K rotations run before the abort is armed: llama.cpp rotates
+	// layer after layer and forgets the shift only when all succeeded, so
+	// a cancel landing part-way would have the retry rotate the first
+	// layers twice (TestAbortNeverLandsInAShift).
+	c.applyShifts()
 	stop := context.AfterFunc(ctx, func() { C.ctxd_set_abort(c.abort, 1) })
+	if c.abortAtStart { // tests: a cancel that lands at once
+		C.ctxd_set_abort(c.abort, 1)
+	}
 	defer func() {
 		stop()
 		C.ctxd_set_abort(c.abort, 0)
