@@ -109,15 +109,18 @@ func TestHotSetStreamsBeyondTheWindow(t *testing.T) {
 		t.Fatalf("extension: %+v %v", r, err)
 	}
 	checkHot(t, ts.srv)
-	// An edit far back truncates to a block boundary and re-streams.
+	// An edit far back truncates to a block boundary and re-streams, when
+	// exact reuse is asked for (by default, a re-stream predicted past the
+	// latency target moves the unchanged segment instead, as it does on
+	// slow backends: the Vulkan run over lavapipe).
 	edited := append([]int32(nil), hay...)
 	edited[1000] = (edited[1000] + 1) % 500
 	m.Segments[0].Tokens = edited
-	r, err = s.EnsurePrefix(ctx, m)
+	r, err = s.EnsurePrefix(client.WithExactReuse(ctx), m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.ReusableTokens != 1001 || r.ReusedTokens > 1001 || r.ReusedTokens < 1001-64 {
+	if r.ReusableTokens != 1001 || r.ReusedTokens > 1001 || r.ReusedTokens < 1001-64 || r.ApproximateTokens != 0 {
 		t.Fatalf("edit: %+v", r)
 	}
 	checkHot(t, ts.srv)
