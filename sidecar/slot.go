@@ -208,42 +208,25 @@ func (s *slot) load(ctx context.Context, o loadOptions) (string, error) {
 			o.log(msg)
 		}
 	}
-	var arena *shm.Arena
-	var arenaBytes int64
-	var orphans []*tiers.OrphanTape
-	var maxID, maxSession uint64
+	opened := &tiers.OpenedArena{}
 	if hc.Budget > 0 {
-		arenaBytes = policy.ArenaBudget(o.cfg.ArenaBytes, usable)
+		// The tiers open the arena; the shell says where and how large.
 		compat := policy.CompatKey{ModelDigest: facts.Digest, Template: "blocks", KVType: o.kvType,
 			FlashAttention: o.flashAttention, ContextTokens: int64(cells), FormatVersion: formatVersion,
 			Backend: backendSettings(facts.Placement)}.String()
-		a, rep, err := shm.Open(filepath.Join(o.dataDir, "shm"), shm.Options{BudgetBytes: arenaBytes, Compat: compat})
-		if err != nil {
+		if opened, err = s.tiers.OpenArena(filepath.Join(o.dataDir, "shm"), policy.ArenaBudget(o.cfg.ArenaBytes, usable), compat); err != nil {
 			ectx.Close()
 			m.Close()
 			return "", fmt.Errorf("%w: host-RAM arena: %w", protocol.ErrResourceExhausted, err)
 		}
-		for _, sa := range rep.SetAside {
-			o.log("arena file set aside", "path", sa.Path, "moved_to", sa.MovedTo, "err", sa.Err)
-		}
-		for _, d := range rep.Dropped {
-			o.log("arena block dropped", "id", d.ID, "err", d.Err)
-		}
-		// Parked blocks of a previous run become orphan tapes that new
-		// sessions resume from (layout/adopt.go); ids continue above theirs.
-		orphans, maxID, maxSession = tiers.CollectOrphans(a, s.log)
-		if n := len(orphans); n > 0 {
-			o.log("arena re-attached: parked blocks of an earlier ctxd kept for resume", "tapes", n)
-		}
-		arena = a
 	}
 	s.unload()
 	s.model, s.ectx, s.facts, s.capacity = m, ectx, facts, capa
 	s.hot, s.kv = hc, o.kvType
 	s.fig = fig
 	s.deviceReason = plan.reason
-	s.nextBlock, s.arenaMaxSession = max(s.nextBlock, maxID), maxSession
-	s.tiers.Attach(arena, arenaBytes, orphans, ssdCompatOf(facts, o.kvType, o.flashAttention), tiers.ElemBytes(o.kvType))
+	s.nextBlock, s.arenaMaxSession = max(s.nextBlock, opened.MaxID), opened.MaxSession
+	s.tiers.Attach(opened.Arena, opened.Bytes, opened.Orphans, ssdCompatOf(facts, o.kvType, o.flashAttention), tiers.ElemBytes(o.kvType))
 	return capa.Warning, nil
 }
 

@@ -168,6 +168,40 @@ func (t *Tiers) Status(snapshots int) *pb.ColdStatus {
 	}
 }
 
+// OpenedArena is a host-RAM arena OpenArena opened, for Attach: the arena, its
+// budget, the orphan tapes an earlier run left in it, and the highest
+// block and session ids they use (new ones continue above).
+type OpenedArena struct {
+	Arena             *shm.Arena
+	Bytes             int64
+	Orphans           []*OrphanTape
+	MaxID, MaxSession uint64
+}
+
+// OpenArena opens the host-RAM arena in dir with a budget of bytes for
+// blocks keyed by compat: the tiers own it, the daemon's shell only says
+// where and how large (policy.ArenaBudget). Files set aside and blocks
+// dropped are logged; parked blocks of a previous run become orphan tapes
+// that new sessions resume from (layout/adopt.go).
+func (t *Tiers) OpenArena(dir string, bytes int64, compat string) (*OpenedArena, error) {
+	a, rep, err := shm.Open(dir, shm.Options{BudgetBytes: bytes, Compat: compat})
+	if err != nil {
+		return nil, err
+	}
+	for _, sa := range rep.SetAside {
+		t.log.Warn("arena file set aside", "path", sa.Path, "moved_to", sa.MovedTo, "err", sa.Err)
+	}
+	for _, d := range rep.Dropped {
+		t.log.Warn("arena block dropped", "id", d.ID, "err", d.Err)
+	}
+	out := &OpenedArena{Arena: a, Bytes: bytes}
+	out.Orphans, out.MaxID, out.MaxSession = CollectOrphans(a, t.log)
+	if n := len(out.Orphans); n > 0 {
+		t.log.Warn("arena re-attached: parked blocks of an earlier ctxd kept for resume", "tapes", n)
+	}
+	return out, nil
+}
+
 // Attach takes the loaded model's arena and its orphan tapes; compat and
 // elemBytes key and lay out its blocks in the SSD tier.
 func (t *Tiers) Attach(a *shm.Arena, arenaBytes int64, orphans []*OrphanTape, compat coldstore.Compat, elemBytes int) {
