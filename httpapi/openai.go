@@ -69,22 +69,37 @@ type oaiTool struct {
 	} `json:"function"`
 }
 
-// contentText joins a message content: a string, null, or an array of
-// {"type":"text","text":...} parts.
-func contentText(raw json.RawMessage, where string) (string, error) {
+// contentPart is one part of a message content given as an array.
+type contentPart struct {
+	Type    string `json:"type"`
+	Text    string `json:"text"`
+	Refusal string `json:"refusal"`
+}
+
+// contentParts reads a message content that is a string, null (both
+// returned as text, parts nil) or an array of parts; anything else is a
+// bad request saying what the content must be.
+func contentParts(raw json.RawMessage, where, what string) (string, []contentPart, error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
+		return "", nil, nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
+		return s, nil, nil
 	}
-	var parts []struct {
-		Type string `json:"type"`
-		Text string `json:"text"`
-	}
+	var parts []contentPart
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", badRequest("%s: content must be a string or an array of text parts", where)
+		return "", nil, badRequest("%s: content must be a string or an array of %s", where, what)
+	}
+	return "", parts, nil
+}
+
+// contentText joins a message content: a string, null, or an array of
+// {"type":"text","text":...} parts.
+func contentText(raw json.RawMessage, where string) (string, error) {
+	s, parts, err := contentParts(raw, where, "text parts")
+	if err != nil || parts == nil {
+		return s, err
 	}
 	var b strings.Builder
 	for i, p := range parts {

@@ -104,20 +104,9 @@ func respTools(in []respTool) ([]chat.Tool, map[string]string, error) {
 
 // respText is a message's content: a string or an array of text parts.
 func respText(raw json.RawMessage, where string) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var parts []struct {
-		Type    string `json:"type"`
-		Text    string `json:"text"`
-		Refusal string `json:"refusal"`
-	}
-	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", badRequest("%s: content must be a string or an array of content parts", where)
+	s, parts, err := contentParts(raw, where, "content parts")
+	if err != nil || parts == nil {
+		return s, err
 	}
 	var b strings.Builder
 	for i, p := range parts {
