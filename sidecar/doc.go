@@ -33,8 +33,10 @@
 //   - One owner per piece of state. The Server owns connections and
 //     sessions; the slot (slot.go) the model and the engine; tiers
 //     (package tiers) every KV copy below the engine: the host-RAM arena, the
-//     SSD tier and the orphan tapes, with fetch tracing; snapshots
-//     (package snapshot) the snapshot index and commits; each session's
+//     SSD tier and the orphan tapes, with fetch tracing; snapshots and
+//     resume (package resume, which reaches a session only through
+//     resume.Session; package snapshot below it: the format, the index and
+//     commits); each session's
 //     layout (package layout) how its tape sits in the engine. Nothing else
 //     reaches shm or coldstore's blocks: the hot set parks, fetches,
 //     spills and drops through tiers.
@@ -99,10 +101,11 @@
 //	           capture and restore of each layout)
 //	tiers      package sidecar/internal/tiers: arena, SSD tier, orphan
 //	           tapes, the SSD blob envelope
-//	snapshots  package sidecar/internal/snapshot: the format, Capture, the
-//	           Store (index, commit, load, prune, automatic commits);
-//	           snapcapture.go (capture under the engine token),
-//	           snaprestore.go (restore), snapresume.go (cross-session
-//	           resume), snapauto.go (automatic snapshots), snaprpc.go (the
-//	           snapshot calls)
+//	snapshots  package sidecar/internal/resume: the one owner of capture,
+//	           restore, automatic snapshots and cross-session resume,
+//	           reaching a session through resume.Session only; package
+//	           sidecar/internal/snapshot: the format, Capture, the Store
+//	           (index, commit, load, prune, automatic commits);
+//	           snapshots.go wires the snapshot calls, automatic and idle
+//	           snapshots and resume to it (which session, under which lock)
 package sidecar

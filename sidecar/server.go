@@ -15,7 +15,7 @@ import (
 	"github.com/ctxd/ctxd/internal/acceptloop"
 	"github.com/ctxd/ctxd/internal/privdir"
 	"github.com/ctxd/ctxd/protocol"
-	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
+	"github.com/ctxd/ctxd/sidecar/internal/resume"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -40,8 +40,8 @@ type Server struct {
 	fence   atomic.Pointer[error] // set when the lease is lost
 	wg      sync.WaitGroup        // connections
 
-	tiers *tiers.Tiers    // the arena and the SSD tier (package tiers)
-	snaps *snapshot.Store // the SSD tier's snapshots (snapshots.go)
+	tiers *tiers.Tiers  // the arena and the SSD tier (package tiers)
+	snaps *resume.Owner // snapshots and resume (package resume; wired in snapshots.go)
 }
 
 // New takes ownership of the data directory, opens the SSD tier, reads
@@ -67,7 +67,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	srv.tiers = tiers.New(cfg.Logger, srv.metrics, cfg.Engine.BlobCodec())
 	srv.tiers.OnCapacityChange(srv.publishSlot) // an arena that cannot grow shows its real capacity
 	srv.slot = newSlot(cfg.Logger, srv.tiers)
-	srv.snaps = snapshot.New(cfg.Logger, srv.tiers, srv.metrics, cfg.AutoSnapshots)
+	srv.snaps = resume.New(srv.snapsEnv())
 	srv.tiers.OpenSSD(ctx, cfg.ssdConfig())
 	srv.snaps.LoadIndex(ctx)
 	if cfg.ModelPath != "" {

@@ -18,6 +18,7 @@ var innerRank = map[string]int{
 	"sidecar/internal/tiers":    1,
 	"sidecar/internal/snapshot": 2,
 	"sidecar/internal/layout":   3,
+	"sidecar/internal/resume":   4,
 }
 
 // leafInternal are helpers any layer may use: they import nothing of ours.
