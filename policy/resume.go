@@ -42,6 +42,24 @@ type ResumeInput struct {
 	// Snapshots are the compatible stored snapshots; empty when the SSD
 	// tier is off.
 	Snapshots []ResumeCandidate
+	// SnapshotRuns are, per snapshot (parallel to Snapshots; missing:
+	// none), its whole segments past the common prefix whose tokens equal
+	// segments of the target (MatchSegments from CommonTokens): what
+	// PlanResume may bring back to be moved into place.
+	SnapshotRuns [][]ReuseRun
+	// Reuse says how a resume may reuse past the first change; nil:
+	// never (a layout that moves no segments, a request asking exact).
+	Reuse *ResumeReuse
+}
+
+// ResumeReuse is the segment-reuse mode and figures a resume past the
+// first change is planned with: the same as a live session's
+// (PlanSegmentReuse), so a resumed session reuses what it would have
+// reused had it stayed open.
+type ResumeReuse struct {
+	Mode           ReuseMode
+	Cost           PrefillCost
+	LatencySeconds float64
 }
 
 // ResumeChoice is the outcome of ChooseResume.
@@ -84,4 +102,68 @@ func ChooseResume(in ResumeInput) ResumeChoice {
 		return ResumeChoice{Source: ResumeSnapshot, Index: si, Tokens: min(sn, in.TargetTokens)}
 	}
 	return ResumeChoice{Source: ResumeNone}
+}
+
+// ResumePlan is PlanResume's outcome.
+type ResumePlan struct {
+	ResumeChoice
+	// Upto is how many tokens of the source come back: Tokens (its common
+	// prefix with the target, exact), or, for a snapshot whose unchanged
+	// segments past the first change are worth moving, up to the end of
+	// the last of them. What lies between (the source's changed tokens)
+	// is dropped by the sync that moves the segments.
+	Upto int
+	// Approximate are the tokens segment reuse would move into place
+	// (their KV approximate), Recomputed those of matched segments it
+	// would prefill again; both 0 when Upto is Tokens.
+	Approximate, Recomputed int
+	// Choice says why, for the restore report.
+	Choice string
+}
+
+// PlanResume is ChooseResume extended past the first change: a snapshot
+// that shares less prefix but whose later segments equal the target's is
+// worth its common prefix (exact) plus the tokens PlanSegmentReuse would
+// move (approximate), planned with Reuse's mode, cost and latency target
+// exactly as a live session's turn is. The best snapshot by that worth
+// (then by exact tokens, then the newest) is taken over ChooseResume's
+// choice when it is worth more than it and than every orphan tape, and
+// at least MinTokens. Without Reuse, in exact mode, or when no segment
+// would be moved, it is ChooseResume's choice with Upto = Tokens.
+func PlanResume(in ResumeInput) ResumePlan {
+	base := ChooseResume(in)
+	plan := ResumePlan{ResumeChoice: base, Upto: base.Tokens}
+	if in.Reuse == nil || in.Reuse.Mode == ReuseExact || in.TargetTokens < in.MinTokens {
+		return plan
+	}
+	arena := 0
+	for _, n := range in.Arena {
+		arena = max(arena, n)
+	}
+	best := ResumePlan{ResumeChoice: ResumeChoice{Source: ResumeNone, Index: -1}}
+	for i, s := range in.Snapshots {
+		kept := min(s.CommonTokens, in.TargetTokens)
+		c := ResumePlan{ResumeChoice: ResumeChoice{Source: ResumeSnapshot, Index: i, Tokens: kept}, Upto: kept}
+		if i < len(in.SnapshotRuns) && len(in.SnapshotRuns[i]) > 0 && kept < in.TargetTokens {
+			runs := in.SnapshotRuns[i]
+			p, err := PlanSegmentReuse(SegmentReuseInput{Mode: in.Reuse.Mode, Kept: kept, PromptTokens: in.TargetTokens, Runs: runs,
+				Cost: in.Reuse.Cost, LatencySeconds: in.Reuse.LatencySeconds})
+			if err == nil && p.Approximate > 0 {
+				// Bring back every matched segment, so the sync sees the
+				// same runs and makes the same plan.
+				last := runs[len(runs)-1]
+				c.Upto, c.Approximate, c.Recomputed, c.Choice = last.Src+last.Len, p.Approximate, p.Recomputed, p.Choice
+			}
+		}
+		worth, bestWorth := c.Tokens+c.Approximate, best.Tokens+best.Approximate
+		if best.Index < 0 || worth > bestWorth || (worth == bestWorth && (c.Tokens > best.Tokens ||
+			(c.Tokens == best.Tokens && s.Created > in.Snapshots[best.Index].Created))) {
+			best = c
+		}
+	}
+	worth := best.Tokens + best.Approximate
+	if best.Index < 0 || best.Approximate == 0 || worth < in.MinTokens || worth <= arena || worth <= base.Tokens {
+		return plan
+	}
+	return best
 }

@@ -175,11 +175,14 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if sess.tape.Len() == 0 {
 			// Cross-session resume: an empty session whose prompt starts
 			// like a stored snapshot takes its KV instead of prefilling.
-			resumed, resumedTokens = srv.resume(ctx, sess, target.Tokens)
+			resumed, resumedTokens = srv.resume(ctx, sess, target)
 		}
 		res, err = sess.layout.Sync(ctx, target, false, true, false)
 		if errors.Is(err, protocol.ErrContextOverflow) {
 			return err // nothing was touched
+		}
+		if resumed != "" && err == nil {
+			resumedTokens = res.Reused // with unchanged segments moved past the first change
 		}
 		sess.lastPrefix = prefixReply(res, start)
 		// The manifest is adopted even after a partial prefill: the tape

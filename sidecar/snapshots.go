@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
@@ -103,7 +102,7 @@ func (srv *Server) restore(ctx context.Context, connID uint64, r *pb.RestoreRequ
 // resume brings a stored snapshot or an orphan tape into the empty
 // session sess (resume.Owner.Resume); a session opened cold never
 // resumes. The caller holds the slot token and sess is resident.
-func (srv *Server) resume(ctx context.Context, sess *session, target []engine.Token) (string, int) {
+func (srv *Server) resume(ctx context.Context, sess *session, target layout.Prompt) (string, int) {
 	if sess.ephemeral {
 		return "", 0
 	}

@@ -20,6 +20,11 @@ type Restore struct {
 	Tokens []engine.Token // the snapshot's saved
 	Spans  []Span
 	Report *pb.RestoreReport // filled in as blocks come back
+	// More asks a dense restore to go on reading blocks past upto up to
+	// token More while reading is cheaper than prefill, never prefilling
+	// past upto (a resume's unchanged segments past the first change,
+	// which the next sync moves into place); 0: nothing past upto.
+	More int
 }
 
 // Restore reads blocks back in order while that is cheaper than
@@ -34,9 +39,10 @@ func (d *denseLayout) Restore(ctx context.Context, r Restore, upto int) error {
 	}
 	upto = min(upto, len(saved))
 	// Which blocks come back from the SSD: policy.PlanRestore weighs
-	// reading them against prefilling them; the rest is prefilled.
+	// reading them against prefilling them; the rest up to upto is
+	// prefilled (past it, up to r.More, only what is read comes back).
 	readBPS, decompressBPS, prefillTPS := d.env.RestoreRates()
-	in := policy.RestoreInput{UptoTokens: upto, KVBytesPerToken: d.env.KVBytesPerToken,
+	in := policy.RestoreInput{UptoTokens: min(max(upto, r.More), len(saved)), KVBytesPerToken: d.env.KVBytesPerToken,
 		ReadBytesPerSec: readBPS, DecompressBytesPerSec: decompressBPS, PrefillTokensPerSec: prefillTPS}
 	for _, b := range snap.Blocks {
 		in.BlockTokens = append(in.BlockTokens, b.Tokens)

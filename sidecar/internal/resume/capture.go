@@ -49,6 +49,7 @@ func (o *Owner) Capture(s Session, name string) (*snapshot.Capture, error) {
 	for _, sp := range t.Spans() {
 		meta.Spans = append(meta.Spans, snapshot.Span{Seg: sp.Seg, Start: sp.Start, End: sp.End, Generated: sp.Generated})
 	}
+	c.Spans = meta.Spans
 	if err := s.Layout().Capture(c, &meta); err != nil {
 		return nil, err
 	}

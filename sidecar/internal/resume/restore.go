@@ -39,7 +39,7 @@ func (o *Owner) Restore(ctx context.Context, name string, compat coldstore.Compa
 		if err != nil {
 			return fmt.Errorf("%w: snapshot %s: %w", protocol.ErrInternal, snap.Name, err)
 		}
-		rep, err = o.restoreInto(ctx, s, snap, meta, tape, len(tape))
+		rep, err = o.restoreInto(ctx, s, snap, meta, tape, len(tape), 0)
 		return err
 	})
 	if err != nil {
@@ -50,9 +50,10 @@ func (o *Owner) Restore(ctx context.Context, name string, compat coldstore.Compa
 }
 
 // restoreInto replaces s's state with the snapshot's, bringing back at
-// least the first upto tokens. The caller holds the engine token and s is
-// resident.
-func (o *Owner) restoreInto(ctx context.Context, s Session, snap coldstore.Snapshot, meta snapshot.Meta, tape []engine.Token, upto int) (*pb.RestoreReport, error) {
+// least the first upto tokens and, of a dense session, the blocks up to
+// token more that are cheaper to read than to prefill (layout.Restore).
+// The caller holds the engine token and s is resident.
+func (o *Owner) restoreInto(ctx context.Context, s Session, snap coldstore.Snapshot, meta snapshot.Meta, tape []engine.Token, upto, more int) (*pb.RestoreReport, error) {
 	start := time.Now()
 	l := s.Layout()
 	if mode := l.Mode(); meta.Mode != mode {
@@ -67,7 +68,7 @@ func (o *Owner) restoreInto(ctx context.Context, s Session, snap coldstore.Snaps
 		mm := protocol.ManifestFromWire(&w)
 		m = &mm
 	}
-	r := layout.Restore{Snap: snap, Meta: meta, Tokens: tape}
+	r := layout.Restore{Snap: snap, Meta: meta, Tokens: tape, More: more}
 	for _, sp := range meta.Spans {
 		r.Spans = append(r.Spans, layout.Span{Seg: sp.Seg, Start: sp.Start, End: sp.End, Generated: sp.Generated})
 	}

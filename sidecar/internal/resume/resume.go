@@ -2,8 +2,8 @@ package resume
 
 import (
 	"context"
+	"fmt"
 
-	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar/internal/layout"
@@ -15,33 +15,49 @@ import (
 // KV instead of prefilling it, and keeps only the tokens its own prompt
 // shares with it.
 
-// Resume looks for the orphan tape or stored snapshot sharing the longest
-// token prefix with target and brings it into the empty session s. It
-// returns the source's name ("arena" for an orphan tape) and the tokens
-// that came back, or "" when none fits. The caller holds the engine token,
-// s is resident and may be resumed (not opened cold).
-func (o *Owner) Resume(ctx context.Context, s Session, target []engine.Token) (string, int) {
+// Resume looks for the orphan tape or stored snapshot sharing the most
+// with target and brings it into the empty session s: its longest common
+// token prefix, exactly, and, when the layout moves segments and target
+// does not ask for exact reuse, a snapshot's unchanged segments past the
+// first change (policy.PlanResume), which the sync that follows moves into
+// place as it would in a live session. It returns the source's name
+// ("arena" for an orphan tape) and the exact tokens that came back, or ""
+// when none fits. The caller holds the engine token, s is resident and may
+// be resumed (not opened cold).
+func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (string, int) {
 	l, t := s.Layout(), s.Tape()
 	if t.Len() > 0 {
 		return "", 0
 	}
-	// policy.ChooseResume picks the source; resume stops at target's own
-	// tokens (choice.Tokens), whatever the source holds past them.
-	in := policy.ResumeInput{TargetTokens: len(target), MinTokens: snapshot.MinAutoTokens, Arena: l.OrphanPrefixes(target)}
+	// policy.PlanResume picks the source; resume stops at target's own
+	// tokens (plan.Tokens), whatever the source holds past them, or at the
+	// end of the last unchanged segment it brings back (plan.Upto).
+	in := policy.ResumeInput{TargetTokens: len(target.Tokens), MinTokens: snapshot.MinAutoTokens, Arena: l.OrphanPrefixes(target.Tokens)}
+	if o.env.Reuse != nil && !target.Exact && layout.MovesSegments(l) {
+		set := o.env.Reuse()
+		in.Reuse = &policy.ResumeReuse{Mode: set.Mode, Cost: set.Cost, LatencySeconds: set.LatencySeconds}
+	}
 	var snaps []*snapshot.Entry
 	if o.On() {
 		snaps = o.store.Candidates(o.env.Compat(), l.Mode())
+		spans := layout.SpanRanges(target.Spans)
 		for _, e := range snaps {
-			in.Snapshots = append(in.Snapshots, policy.ResumeCandidate{CommonTokens: layout.CommonPrefix(e.Tape, target), Created: e.Created.UnixNano()})
+			common := layout.CommonPrefix(e.Tape, target.Tokens)
+			in.Snapshots = append(in.Snapshots, policy.ResumeCandidate{CommonTokens: common, Created: e.Created.UnixNano()})
+			var runs []policy.ReuseRun
+			if in.Reuse != nil && common < len(target.Tokens) {
+				runs = policy.MatchSegments(e.Tape, e.Spans, target.Tokens, spans, common)
+			}
+			in.SnapshotRuns = append(in.SnapshotRuns, runs)
 		}
 	}
-	choice := policy.ChooseResume(in)
-	switch choice.Source {
+	plan := policy.PlanResume(in)
+	switch plan.Source {
 	case policy.ResumeArena:
 		// Blocks still in host RAM beat the SSD. The orphan may go on
 		// past target (tokens its session generated): keep only what
 		// target shares with it.
-		oi, on := choice.Index, choice.Tokens
+		oi, on := plan.Index, plan.Tokens
 		n, blocks, err := l.AdoptOrphan(oi, on)
 		if err != nil {
 			o.log.Warn("resume from the arena failed; prefilling instead", "err", err)
@@ -56,7 +72,7 @@ func (o *Owner) Resume(ctx context.Context, s Session, target []engine.Token) (s
 	default:
 		return "", 0
 	}
-	best, bestN := snaps[choice.Index], choice.Tokens
+	best, bestN := snaps[plan.Index], plan.Tokens
 	snap, meta, err := o.store.Load(ctx, best.Name, o.env.Compat(), true)
 	if err != nil {
 		o.log.Warn("resume: snapshot unusable", "name", best.Name, "err", err)
@@ -66,11 +82,12 @@ func (o *Owner) Resume(ctx context.Context, s Session, target []engine.Token) (s
 	if err != nil {
 		return "", 0
 	}
-	rep, err := o.restoreInto(ctx, s, snap, meta, tape, bestN)
+	rep, err := o.restoreInto(ctx, s, snap, meta, tape, bestN, plan.Upto)
 	if err == nil {
 		// The snapshot may go on past target (tokens its session
-		// generated, or another suffix): resume only the common prefix.
-		_, err = l.Cut(bestN)
+		// generated, or another suffix): resume only the common prefix,
+		// and the unchanged segments past the first change, if any.
+		_, err = l.Cut(plan.Upto)
 		rep.Tokens = int64(t.Len())
 	}
 	if err != nil {
@@ -79,7 +96,12 @@ func (o *Owner) Resume(ctx context.Context, s Session, target []engine.Token) (s
 		return "", 0
 	}
 	rep.Automatic = true
-	o.log.Info("session resumed from snapshot", "session", s.ID(), "snapshot", best.Name, "common_tokens", bestN, "restored_tokens", rep.RestoredTokens, "ms", rep.ElapsedUs/1000)
+	if plan.Upto > bestN {
+		rep.Choice = fmt.Sprintf("%s; past the first change at token %d, unchanged segments up to token %d brought back to be moved into place: %s",
+			rep.Choice, bestN, plan.Upto, plan.Choice)
+	}
+	o.log.Info("session resumed from snapshot", "session", s.ID(), "snapshot", best.Name, "common_tokens", bestN,
+		"segments_up_to", plan.Upto, "approximate_tokens", plan.Approximate, "restored_tokens", rep.RestoredTokens, "ms", rep.ElapsedUs/1000)
 	return best.Name, min(bestN, t.Len())
 }
 

@@ -21,6 +21,7 @@ type pendingBlob struct {
 type Capture struct {
 	Snap      coldstore.Snapshot
 	Tape      []engine.Token
+	Spans     []Span // the tape's segments (Meta.Spans), for the index
 	Mode      string // the layout's
 	Raw       int64  // engine bytes captured
 	elemBytes int

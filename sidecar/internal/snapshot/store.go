@@ -14,6 +14,7 @@ import (
 
 	"github.com/ctxd/ctxd/coldstore"
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
@@ -46,6 +47,18 @@ type Entry struct {
 	Compat  coldstore.Compat
 	Mode    string
 	Tape    []engine.Token
+	// Spans are the tape's segment ranges: a resume past the first change
+	// matches the target's segments against them.
+	Spans []policy.SpanRange
+}
+
+// spanRanges are spans as policy's ranges.
+func spanRanges(spans []Span) []policy.SpanRange {
+	out := make([]policy.SpanRange, len(spans))
+	for i, sp := range spans {
+		out[i] = policy.SpanRange{Start: sp.Start, End: sp.End}
+	}
+	return out
 }
 
 // New returns the owner of the snapshots in t's SSD tier, keeping the
@@ -88,6 +101,7 @@ func (s *Store) LoadIndex(ctx context.Context) {
 			if json.Unmarshal(snap.Meta, &meta) == nil && meta.Format == Format {
 				e.Mode = meta.Mode
 				e.Tape, _ = DecodeTape(meta.Tape)
+				e.Spans = spanRanges(meta.Spans)
 			}
 		} else {
 			s.log.Warn("SSD tier: snapshot skipped", "name", in.Name, "err", err)
@@ -138,7 +152,7 @@ func (s *Store) Commit(ctx context.Context, c *Capture) (*pb.SnapshotReply, erro
 	written := ssd.Stats().WrittenBytes - before
 	s.obs.ObserveColdWrite(int(written), time.Since(start))
 	s.mu.Lock()
-	s.index[c.Snap.Name] = &Entry{Name: c.Snap.Name, Created: c.Snap.Created, Compat: c.Snap.Compat, Mode: c.Mode, Tape: c.Tape}
+	s.index[c.Snap.Name] = &Entry{Name: c.Snap.Name, Created: c.Snap.Created, Compat: c.Snap.Compat, Mode: c.Mode, Tape: c.Tape, Spans: spanRanges(c.Spans)}
 	s.mu.Unlock()
 	return &pb.SnapshotReply{
 		Name: c.Snap.Name, Tokens: int64(len(c.Tape)), Blocks: int32(len(c.Snap.Blocks)), NewBlocks: int32(newBlocks),

@@ -126,3 +126,30 @@ func TestStoreCommitIndexLoadPrune(t *testing.T) {
 		t.Fatalf("load after delete: %v, want ErrNotFound", err)
 	}
 }
+
+// The index keeps a snapshot's segment ranges, also read back by a new
+// Store: a resume past the first change matches segments against them.
+func TestStoreIndexKeepsSpans(t *testing.T) {
+	ctx := context.Background()
+	tr := testTiers(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s := New(log, tr, nopObserver{}, 2)
+	compat := tiers.Compat("digest", policy.KVTypeF16, false, 1, "")
+	tape := tokens(100, 3)
+	c := capture("spans", compat, tape)
+	c.Spans = []Span{{Start: 0, End: 40}, {Start: 40, End: 100}}
+	meta, _ := json.Marshal(Meta{Format: Format, Mode: c.Mode, Tape: EncodeTape(tape), Spans: c.Spans})
+	c.Snap.Meta = meta
+	if _, err := s.Commit(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	want := []policy.SpanRange{{Start: 0, End: 40}, {Start: 40, End: 100}}
+	if e := s.Entry("spans"); e == nil || !slices.Equal(e.Spans, want) {
+		t.Fatalf("committed entry %+v: want spans %v", e, want)
+	}
+	fresh := New(log, tr, nopObserver{}, 2)
+	fresh.LoadIndex(ctx)
+	if e := fresh.Entry("spans"); e == nil || !slices.Equal(e.Spans, want) {
+		t.Fatalf("entry read back %+v: want spans %v", e, want)
+	}
+}

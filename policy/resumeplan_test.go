@@ -1,0 +1,109 @@
+package policy
+
+import (
+	"math/rand"
+	"testing"
+)
+
+// PlanResume brings back a snapshot's unchanged segments past the first
+// change only when segment reuse would move them, under the same budget
+// as a live session's turn, and never in exact mode.
+func TestPlanResume(t *testing.T) {
+	fast := &ResumeReuse{Mode: ReuseAuto, Cost: PrefillCost{BaseSeconds: 1e-3}, LatencySeconds: 1e-9} // no recompute budget
+	runs := []ReuseRun{{Src: 150, Dst: 200, Len: 600}}
+	for _, tc := range []struct {
+		name string
+		in   ResumeInput
+		want ResumePlan
+	}{
+		{"no reuse: ChooseResume's", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs}},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 100}},
+		{"exact mode", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs},
+			Reuse: &ResumeReuse{Mode: ReuseExact, Cost: fast.Cost, LatencySeconds: fast.LatencySeconds}},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 100}},
+		{"segments past the change come back", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 750, Approximate: 600}},
+		{"a short common prefix is enough with segments", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{10, 1}}, SnapshotRuns: [][]ReuseRun{{{Src: 10, Dst: 20, Len: 500}}}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 10}, Upto: 510, Approximate: 500}},
+		{"prefilling fits the target: nothing moved", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs},
+			Reuse: &ResumeReuse{Mode: ReuseAuto, Cost: PrefillCost{BaseSeconds: 1e-3}, LatencySeconds: 10}},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 100}},
+		{"more prefix and segments beats more prefix alone", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{300, 9}, {100, 1}},
+			SnapshotRuns: [][]ReuseRun{nil, runs}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 1, 100}, Upto: 750, Approximate: 600}},
+		{"an orphan tape sharing more wins", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{800}, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeArena, 0, 800}, Upto: 800}},
+		{"invalid runs are ignored", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{{{Src: 50, Dst: 200, Len: 10}}}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 100}},
+	} {
+		got := PlanResume(tc.in)
+		got.Choice = ""
+		if got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	// Part of the budget: the heads of the runs are recomputed.
+	in := ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs},
+		Reuse: &ResumeReuse{Mode: ReuseAuto, Cost: PrefillCost{BaseSeconds: 1e-3}, LatencySeconds: 1e-3 * (300 + 50.5)}}
+	if p := PlanResume(in); p.Approximate != 550 || p.Recomputed != 50 || p.Upto != 750 || p.Choice == "" {
+		t.Fatalf("a budget of 50 tokens: %+v", p)
+	}
+}
+
+// A plan never keeps more exact tokens than the target shares with its
+// source, never moves more than was matched, and prefills at most the new
+// tokens plus the recompute budget.
+func TestPlanResumeProperties(t *testing.T) {
+	r := rand.New(rand.NewSource(20))
+	for range 3000 {
+		target := 64 + r.Intn(2000)
+		in := ResumeInput{TargetTokens: target, MinTokens: 64,
+			Reuse: &ResumeReuse{Mode: ReuseAuto, Cost: PrefillCost{BaseSeconds: 1e-3}, LatencySeconds: 1e-3 * float64(r.Intn(3000))}}
+		for range r.Intn(3) {
+			in.Arena = append(in.Arena, r.Intn(target+1))
+		}
+		for range 1 + r.Intn(3) {
+			common := r.Intn(target + 1)
+			var runs []ReuseRun
+			src, dst := common+r.Intn(50), common+r.Intn(50)
+			for dst < target && r.Intn(4) > 0 {
+				n := 1 + r.Intn(300)
+				if dst+n > target {
+					break
+				}
+				runs = append(runs, ReuseRun{Src: src, Dst: dst, Len: n})
+				src, dst = src+n+r.Intn(40), dst+n+r.Intn(40)
+			}
+			in.Snapshots = append(in.Snapshots, ResumeCandidate{common, int64(r.Intn(3))})
+			in.SnapshotRuns = append(in.SnapshotRuns, runs)
+		}
+		p := PlanResume(in)
+		if p.Source == ResumeNone {
+			continue
+		}
+		if p.Upto < p.Tokens || p.Tokens > target {
+			t.Fatalf("%+v: %+v", in, p)
+		}
+		if p.Source == ResumeArena {
+			if p.Approximate != 0 || p.Tokens != min(in.Arena[p.Index], target) {
+				t.Fatalf("%+v: arena %+v", in, p)
+			}
+			continue
+		}
+		if p.Approximate == 0 {
+			if p.Upto != p.Tokens || p.Tokens != min(in.Snapshots[p.Index].CommonTokens, target) {
+				t.Fatalf("%+v: %+v", in, p)
+			}
+			continue
+		}
+		matched := 0
+		for _, run := range in.SnapshotRuns[p.Index] {
+			matched += run.Len
+		}
+		newTokens := target - p.Tokens - matched
+		budget := int(in.Reuse.LatencySeconds/1e-3+1e-9) - newTokens
+		if p.Approximate > matched || p.Approximate+p.Recomputed != matched || p.Recomputed > max(budget, 0) {
+			t.Fatalf("%+v: %+v (matched %d, new %d, budget %d)", in, p, matched, newTokens, budget)
+		}
+	}
+}
