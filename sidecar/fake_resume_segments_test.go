@@ -117,3 +117,36 @@ func TestFakeResumePastAnEarlyChangeExactMode(t *testing.T) {
 		t.Fatalf("exact mode explain: %d approximate, restore %+v", ex.GetApproximateTokens(), ex.GetRestore())
 	}
 }
+
+// A hot-set session resumes past an early change too: the snapshot's
+// blocks come back, the unchanged segments after the change are moved
+// into place (from the engine and, whole parked blocks, from the arena),
+// and the layout's invariants hold.
+func TestFakeHotResumePastAnEarlyChange(t *testing.T) {
+	cfg := hotConfig()
+	cfg.NoCold, cfg.ReuseLatency = false, time.Nanosecond
+	d := startFake(t, cfg, enginefake.Options{})
+	sys, mem, tools, hist := ids(51, 40, 0, 250), ids(52, 20, 0, 250), ids(53, 1000, 0, 250), ids(54, 300, 0, 250)
+	mem2 := ids(55, 25, 0, 250)
+	mk := func(mem []int32) *pb.Manifest {
+		return manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("mem", pb.SegmentKind_SEGMENT_KIND_REPO_RULES, mem),
+			seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools), seg("hist", pb.SegmentKind_SEGMENT_KIND_USER_TURN, hist))
+	}
+	a := d.open("a")
+	d.mustEnsure(a, mk(mem))
+	d.mustSuffix(a)
+	d.greedy(a, 5)
+	d.closeSession(a)
+	d.waitSnapshot("auto-a")
+	d = d.restart()
+
+	b := d.open("b")
+	pr := d.mustEnsure(b, mk(mem2))
+	t.Logf("hot resume: %+v", pr)
+	if pr.GetResumedSnapshot() != "auto-a" || pr.GetApproximateTokens() < 1000 || pr.GetPrefilledTokens() > 25+300 || pr.GetResumedTokens() != pr.GetReusedTokens() {
+		t.Fatalf("hot resume past the change %+v: want the tools (at least) moved, at most the memory file and the history prefilled", pr)
+	}
+	checkHotLayout(t, d, b, withBOS(sys, mem2, tools, hist))
+	d.mustSuffix(b)
+	d.greedy(b, 3)
+}

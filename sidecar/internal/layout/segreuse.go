@@ -25,14 +25,6 @@ import (
 // tape is the prompt's first tokens and the KV equals it, so a failure or a
 // cancellation leaves a shorter, consistent tape.
 
-// MovesSegments reports whether l reuses unchanged segments past an early
-// change (a dense layout does; a hot set does not): only then is a resume
-// worth bringing them back.
-func MovesSegments(l Layout) bool {
-	_, ok := l.(*denseLayout)
-	return ok
-}
-
 // SpanRanges are spans as policy's ranges.
 func SpanRanges(spans []Span) []policy.SpanRange { return spanRanges(spans) }
 

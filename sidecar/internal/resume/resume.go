@@ -33,7 +33,7 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 	// tokens (plan.Tokens), whatever the source holds past them, or at the
 	// end of the last unchanged segment it brings back (plan.Upto).
 	in := policy.ResumeInput{TargetTokens: len(target.Tokens), MinTokens: snapshot.MinAutoTokens, Arena: l.OrphanPrefixes(target.Tokens)}
-	if o.env.Reuse != nil && !target.Exact && layout.MovesSegments(l) {
+	if o.env.Reuse != nil && !target.Exact {
 		set := o.env.Reuse()
 		in.Reuse = &policy.ResumeReuse{Mode: set.Mode, Cost: set.Cost, LatencySeconds: set.LatencySeconds}
 	}
@@ -86,7 +86,9 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 	if err == nil {
 		// The snapshot may go on past target (tokens its session
 		// generated, or another suffix): resume only the common prefix,
-		// and the unchanged segments past the first change, if any.
+		// and the unchanged segments past the first change, if any (a
+		// hot set cuts at a block's start: the segments it holds from
+		// there on are prefilled instead).
 		_, err = l.Cut(plan.Upto)
 		rep.Tokens = int64(t.Len())
 	}
