@@ -5,13 +5,13 @@
 // token tape, the segment spans and, for hot-set sessions, every block's
 // place plus an image of what the engine held.
 //
-// Snapshots are taken in two steps: package resume captures a session under
-// its engine token into a Capture, with memory copies only; Commit then
-// hashes, rewrites for compression (tiers.EncodeBlob), writes and commits,
-// without the token. Restore and resume are also
-// package resume's (they need the engine and a session); they read
-// snapshots through Load and the index, which keeps each snapshot's tape
-// and segment ranges for resume matching.
+// Snapshots are taken in two steps: package resume captures a session
+// under its engine token into a Capture, with memory copies only; Commit
+// then hashes, rewrites for compression (tiers.EncodeBlob), writes and
+// commits, without the token. Restore and resume are package resume's
+// too (they need the engine and a session); they read snapshots through
+// Load and the index, which keeps each snapshot's tape and segment ranges
+// for resume matching.
 //
 // Invariants:
 //   - A snapshot is reported committed only after its blobs and its file
