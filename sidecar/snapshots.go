@@ -43,8 +43,8 @@ func (srv *Server) held(sess *session) held { return held{sess, srv} }
 
 func (h held) ID() uint64                     { return h.id }
 func (h held) Name() string                   { return h.name }
-func (h held) Tape() *layout.Tape             { return &h.tape }
-func (h held) Layout() layout.Layout          { return h.layout }
+func (h held) Tape() resume.Tape              { return &h.tape }
+func (h held) Layout() resume.Layout          { return h.layout }
 func (h held) Manifest() *policy.Manifest     { return h.manifest }
 func (h held) Reported(rep *pb.RestoreReport) { h.lastRestore = rep }
 

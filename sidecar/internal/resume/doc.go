@@ -5,10 +5,11 @@
 // an orphan tape in the arena or a stored snapshot takes that KV instead of
 // prefilling it.
 //
-// It reaches a session only through Session: the tape (tokens, spans, what
-// is approximate), the layout (its Capture and Restore, Cut, Clear, the
-// orphan tapes it could adopt), the manifest, and two setters that record
-// what a restore brought. The daemon's shell (package sidecar) decides when
+// It reaches a session only through Session: the tape, read only (Tape:
+// tokens, spans, what is approximate), eight methods of the layout
+// (Layout: its Capture and Restore, Cut, Clear, the orphan tapes it could
+// adopt), the manifest, and two setters that record what a restore
+// brought. The daemon's shell (package sidecar) decides when
 // and under which lock a session is reached: it hands the owner a Hold that
 // runs a function with the session resident under the engine token, and
 // wires the snapshot calls to Owner's methods. What it needs of the daemon

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ctxd/ctxd/coldstore"
+	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
 	"github.com/ctxd/ctxd/sidecar/internal/layout"
@@ -20,13 +21,10 @@ type Session interface {
 	// (its automatic snapshot's).
 	ID() uint64
 	Name() string
-	// Tape is the session's tape: the owner reads it (tokens, spans, what
-	// is approximate) and marks the logits lost after a copy; only the
-	// layout writes it.
-	Tape() *layout.Tape
-	// Layout is how the tape sits in the engine: its Capture and Restore,
-	// Cut, Clear, Reset and the orphan tapes it could adopt.
-	Layout() layout.Layout
+	// Tape is the session's tape, read only (the layout writes it).
+	Tape() Tape
+	// Layout is what the owner uses of the session's layout.
+	Layout() Layout
 	// Manifest is the session's last manifest; nil before one.
 	Manifest() *policy.Manifest
 	// Restored records what a restore brought back: the snapshot's
@@ -34,6 +32,31 @@ type Session interface {
 	Restored(m *policy.Manifest, template string)
 	// Reported records the report of the last restore or resume (explain).
 	Reported(rep *pb.RestoreReport)
+}
+
+// Tape is what the owner reads of a session's tape (*layout.Tape).
+type Tape interface {
+	Len() int
+	Tokens() []engine.Token
+	Spans() []layout.Span
+	// ApproxFrom is the first index whose KV is approximate, or -1.
+	ApproxFrom() int
+	// LogitsLost records that the engine no longer holds the last
+	// token's logits (after a copy out or a restore).
+	LogitsLost()
+}
+
+// Layout is what the owner uses of a session's layout.Layout: its KV
+// copied out and back, cut, cleared, and the orphan tapes it could adopt.
+type Layout interface {
+	Mode() string
+	Capture(c *snapshot.Capture, meta *snapshot.Meta) error
+	Restore(ctx context.Context, r layout.Restore, upto int) error
+	Cut(n int) (int, error)
+	Clear() error
+	Reset()
+	OrphanPrefixes(target []engine.Token) []int
+	AdoptOrphan(i, upto int) (tokens, blocks int, err error)
 }
 
 // Hold runs f with a session resident under the engine token; the shell
