@@ -13,14 +13,15 @@ import (
 // Cross-session resume: an empty session whose prompt starts like an
 // orphan tape in the arena (layout/adopt.go) or a stored snapshot takes that
 // KV instead of prefilling it, and keeps only the tokens its own prompt
-// shares with it.
+// shares with it: the common prefix, and past the first change a
+// snapshot's segments equal to the prompt's, which the next sync moves.
 
 // Resume looks for the orphan tape or stored snapshot sharing the most
 // with target and brings it into the empty session s: its longest common
-// token prefix, exactly, and, when the layout moves segments and target
-// does not ask for exact reuse, a snapshot's unchanged segments past the
-// first change (policy.PlanResume), which the sync that follows moves into
-// place as it would in a live session. It returns the source's name
+// token prefix, exactly, and, unless the daemon or target asks for exact
+// reuse, a snapshot's unchanged segments past the first change
+// (policy.PlanResume), which the sync that follows moves into place as it
+// would in a live session. It returns the source's name
 // ("arena" for an orphan tape) and the exact tokens that came back, or ""
 // when none fits. The caller holds the engine token, s is resident and may
 // be resumed (not opened cold).
