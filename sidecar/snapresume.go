@@ -69,7 +69,7 @@ func (srv *Server) resume(ctx context.Context, sess *session, target []engine.To
 	if err == nil {
 		// The snapshot may go on past target (tokens its session
 		// generated, or another suffix): resume only the common prefix.
-		_, err = sess.layout.Cut(bestN)
+		_, err = sess.layout.Cut(ctx, bestN)
 		rep.Tokens = int64(sess.tape.Len())
 	}
 	if err != nil {

@@ -205,7 +205,7 @@ func TestHotSetCutRoundsDownToABlock(t *testing.T) {
 	if _, err := x.h.Sync(context.Background(), prompt(hay, nil), false, true, false); err != nil {
 		t.Fatal(err)
 	}
-	kept, err := x.h.Cut(500)
+	kept, err := x.h.Cut(context.Background(), 500)
 	if err != nil {
 		t.Fatal(err)
 	}
