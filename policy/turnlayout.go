@@ -24,6 +24,9 @@ type TurnLayoutInput struct {
 	// LostBlocks are the blocks hot at the mark that are not now and
 	// whose KV has no copy to bring back.
 	LostBlocks int
+	// MarkShortfall: the turn's own layout lacked blocks its plan named
+	// (a tier could not read them back then).
+	MarkShortfall bool
 }
 
 // TurnLayoutChoice is what to do at such a cut.
@@ -41,7 +44,10 @@ type TurnLayoutChoice struct {
 // which the tape has grown (the reply), and only when the layout can be
 // rebuilt exactly: the turn's open tail still in the engine and every
 // block to bring back with a copy. A partial restore would be a third
-// layout, neither the turn's nor the current one, so it is not tried.
+// layout, neither the turn's nor the current one, so it is not tried. A
+// turn whose own layout fell short of its plan (blocks a tier could not
+// read back) is not restored either: asked again, the request plans
+// afresh, and may get what it missed.
 func ChooseTurnLayout(in TurnLayoutInput) TurnLayoutChoice {
 	switch {
 	case in.MarkAt < 0:
@@ -54,6 +60,8 @@ func ChooseTurnLayout(in TurnLayoutInput) TurnLayoutChoice {
 		return TurnLayoutChoice{Reason: "the turn's open tail left the engine"}
 	case in.LostBlocks > 0:
 		return TurnLayoutChoice{Reason: "a block hot at the turn's start was lost"}
+	case in.MarkShortfall:
+		return TurnLayoutChoice{Reason: "the turn's layout lacked blocks its plan named: planning afresh"}
 	}
 	return TurnLayoutChoice{Restore: true, Reason: "cut back to the turn's start: its layout restored"}
 }

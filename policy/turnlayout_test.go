@@ -17,6 +17,7 @@ func TestChooseTurnLayout(t *testing.T) {
 		{"nothing added since", func(in *TurnLayoutInput) { in.TapeTokens = 100 }, false},
 		{"the tail left the engine", func(in *TurnLayoutInput) { in.MarkTailInEngine = false }, false},
 		{"a block was lost", func(in *TurnLayoutInput) { in.LostBlocks = 1 }, false},
+		{"the turn's layout fell short of its plan", func(in *TurnLayoutInput) { in.MarkShortfall = true }, false},
 	}
 	for _, tc := range tests {
 		in := base

@@ -37,6 +37,11 @@ import (
 // costs little there.
 const fastCutMinMessages = 32
 
+// fastCutMaxMisses: a conversation whose prefixes the cut cache holds
+// but for this many is cut by prefixes (a later turn of a conversation
+// already cut: only its new messages are rendered).
+const fastCutMaxMisses = 8
+
 // fastCutMaxChecks bounds the prefix cuts one fast pass makes (each
 // renders up to the whole conversation once or twice); past it the
 // conversation is cut by prefixes.

@@ -142,7 +142,10 @@ func (t *Template) renderSegments(ctx context.Context, msgs []Message, tools []T
 // length (fastcut.go) when its rendering allows; otherwise, and always
 // with the same answer, by rendering each prefix (prefixBounds).
 func (t *Template) bounds(ctx context.Context, msgs []Message, tools []Tool, full string) ([]int, error) {
-	if len(msgs) >= fastCutMinMessages {
+	// A turn that extends one already cut finds most prefixes in the cut
+	// cache: then only its new messages are rendered, fewer renderings
+	// than the fast way's samples.
+	if len(msgs) >= fastCutMinMessages && t.cuts.missing(prefixKeys(msgs, tools)) > fastCutMaxMisses {
 		b, ok, err := t.fastBounds(ctx, msgs, tools, full)
 		if err != nil || ok {
 			return b, err

@@ -52,6 +52,7 @@ type hotSet struct {
 	admissions int64
 	diag       []string
 	mark       *turnMark // the layout where the last turn started (hotturn.go)
+	shortfall  bool      // the last plan applied could not admit every block it named
 }
 
 const tailID = math.MaxUint64

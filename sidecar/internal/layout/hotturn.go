@@ -29,6 +29,7 @@ type turnMark struct {
 	blocks       []markedBlock // the blocks then, in order
 	plan         *policy.HotSetPlan
 	retrieval    *retrievalReport
+	shortfall    bool // the layout then lacked blocks its plan named (unreadable)
 }
 
 // markedBlock is what a block was at the mark.
@@ -45,7 +46,7 @@ type markedBlock struct {
 
 // markTurn remembers the layout now as the start of a turn.
 func (h *hotSet) markTurn() {
-	m := &turnMark{at: len(h.tape.tokens), tailV: h.tailV, tailP: h.tailP, turn: h.turn, plan: h.plan, retrieval: h.retrieval}
+	m := &turnMark{at: len(h.tape.tokens), tailV: h.tailV, tailP: h.tailP, turn: h.turn, plan: h.plan, retrieval: h.retrieval, shortfall: h.shortfall}
 	m.blocks = make([]markedBlock, len(h.blocks))
 	for i, b := range h.blocks {
 		m.blocks[i] = markedBlock{id: b.id, hot: b.res.inEngine(), pstart: b.pstart, lastUsed: b.lastUsed, score: b.score,
@@ -62,6 +63,7 @@ func (h *hotSet) turnChoice(n int) policy.TurnLayoutChoice {
 		return policy.ChooseTurnLayout(in)
 	}
 	in.MarkAt = m.at
+	in.MarkShortfall = m.shortfall
 	in.MarkTailTokens = m.at - m.tailV
 	switch {
 	case len(h.blocks) == len(m.blocks):
@@ -145,7 +147,7 @@ func (h *hotSet) restoreTurn(ctx context.Context) error {
 		b := h.blocks[i]
 		b.lastUsed, b.score, b.reason, b.retrieved, b.pinned = mb.lastUsed, mb.score, mb.reason, mb.retrieved && b.res.inEngine(), mb.pinned
 	}
-	h.turn, h.plan, h.retrieval = m.turn, m.plan, m.retrieval
+	h.turn, h.plan, h.retrieval, h.shortfall = m.turn, m.plan, m.retrieval, m.shortfall
 	// The last token's logits, recomputed where it lies: the end of the
 	// layout, as when the turn's prompt was decoded.
 	if p, _, ok := h.enginePos(m.at - 1); ok && m.at > 0 && p == h.physEnd()-1 {
@@ -191,7 +193,7 @@ func (m *turnMark) saved(blocks, tape int) *snapshot.TurnMark {
 	if m == nil || len(m.blocks) > blocks || m.at > tape {
 		return nil
 	}
-	out := &snapshot.TurnMark{At: m.at, TailV: m.tailV, TailP: m.tailP, Turn: m.turn, Blocks: make([]snapshot.MarkBlock, len(m.blocks))}
+	out := &snapshot.TurnMark{At: m.at, TailV: m.tailV, TailP: m.tailP, Turn: m.turn, Shortfall: m.shortfall, Blocks: make([]snapshot.MarkBlock, len(m.blocks))}
 	for i, mb := range m.blocks {
 		out.Blocks[i] = snapshot.MarkBlock{Hot: mb.hot, PStart: mb.pstart, LastUsed: mb.lastUsed, Score: mb.score, Reason: mb.reason,
 			Retrieved: mb.retrieved, Pinned: mb.pinned}
@@ -213,7 +215,7 @@ func loadMark(sm *snapshot.TurnMark, blocks []*hotBlock, tape int) *turnMark {
 	if end != sm.TailV {
 		return nil
 	}
-	m := &turnMark{at: sm.At, tailV: sm.TailV, tailP: sm.TailP, turn: sm.Turn, blocks: make([]markedBlock, len(sm.Blocks))}
+	m := &turnMark{at: sm.At, tailV: sm.TailV, tailP: sm.TailP, turn: sm.Turn, shortfall: sm.Shortfall, blocks: make([]markedBlock, len(sm.Blocks))}
 	for i, mb := range sm.Blocks {
 		if mb.PStart < 0 {
 			return nil

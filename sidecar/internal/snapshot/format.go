@@ -64,6 +64,7 @@ type Hot struct {
 type TurnMark struct {
 	At, TailV, TailP int
 	Turn             int64
+	Shortfall        bool // the turn's plan could not admit every block it named
 	Blocks           []MarkBlock
 }
 
