@@ -226,3 +226,25 @@ func BenchmarkRenderFirst(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRenderNextTurn renders a long agent session's next turn (two
+// more messages) after its previous turn was rendered: the steady state
+// of an agent session, with the previous turn's cut cache.
+func BenchmarkRenderNextTurn(b *testing.B) {
+	for _, n := range []int{204, 2000} {
+		msgs := longAgentSession(n)
+		b.Run(fmt.Sprintf("qwen2.5.jinja/%d", n), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				tm := loadTemplate(&testing.T{}, realTemplates[1])
+				if _, err := tm.Render(msgs[:n-2], testTools); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				if _, err := tm.Render(msgs, testTools); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
