@@ -194,13 +194,14 @@ func longAgentSession(n int) []Message {
 	return msgs[:n]
 }
 
-// BenchmarkRenderFirst renders a long agent session once, with an empty
-// cut cache, both ways; it reports ns per message.
+// BenchmarkRenderFirst finds a long agent session's cut points once, with
+// an empty cut cache, both ways, and renders it whole ("render": what a
+// request waits for); it reports ns per message.
 func BenchmarkRenderFirst(b *testing.B) {
 	for _, name := range []string{"fallback", "qwen2.5.jinja", "llama3.1.jinja"} {
 		for _, n := range []int{2000, 4000} {
 			msgs := longAgentSession(n)
-			for _, mode := range []string{"prefix", "fast"} {
+			for _, mode := range []string{"prefix", "fast", "render"} {
 				b.Run(fmt.Sprintf("%s/%d/%s", name, n, mode), func(b *testing.B) {
 					for b.Loop() {
 						tm := mustFallback(&testing.T{})
@@ -210,6 +211,12 @@ func BenchmarkRenderFirst(b *testing.B) {
 							}
 						}
 						ctx := context.Background()
+						if mode == "render" { // the whole first rendering, as a request sees it
+							if _, err := tm.RenderContext(ctx, msgs, testTools); err != nil {
+								b.Fatal(err)
+							}
+							continue
+						}
 						full, err := tm.text(ctx, msgs, testTools, true)
 						if err != nil {
 							b.Fatal(err)
