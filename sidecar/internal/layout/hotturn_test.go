@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/sidecar/internal/snapshot"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -115,5 +118,104 @@ func TestHotSetTurnLayoutNotRestored(t *testing.T) {
 	x.check(t)
 	if x.h.mark != nil {
 		t.Fatal("a cut below the turn's start kept its mark")
+	}
+}
+
+// Random sessions: turns, replies of any length, repeated requests, cuts
+// anywhere and new turns. After every step the invariants hold, and every
+// repeated request whose turn layout policy restores finds the engine
+// byte for byte as the turn left it, with the same logits.
+func TestHotSetTurnLayoutRandomSessions(t *testing.T) {
+	ctx := context.Background()
+	total := 0
+	for seed := uint64(1); seed <= 12; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 19))
+		x := newTestHotSet(t, 1<<20)
+		hay := randomTokens(seed, 800+rng.IntN(2000))
+		p := prompt(hay, hay[rng.IntN(500):][:10+rng.IntN(40)])
+		if _, err := x.h.Sync(ctx, p, true, false, true); err != nil {
+			t.Fatal(err)
+		}
+		want := x.at(t)
+		restored := 0
+		for step := 0; step < 12; step++ {
+			switch rng.IntN(4) {
+			case 0, 1: // a reply, then the same request again
+				if err := x.h.AppendTokens(ctx, randomTokens(seed*100+uint64(step), 1+rng.IntN(200))); err != nil {
+					t.Fatal(err)
+				}
+				x.check(t)
+				restore := x.h.turnChoice(len(p.Tokens)).Restore
+				if _, err := x.h.Sync(ctx, p, true, false, true); err != nil {
+					t.Fatal(err)
+				}
+				x.check(t)
+				got := x.at(t)
+				if restore {
+					restored++
+					if !bytes.Equal(got.state, want.state) || !slices.Equal(got.logits, want.logits) {
+						t.Fatalf("seed %d step %d: a restored turn holds other KV or logits", seed, step)
+					}
+				}
+				want = got
+			case 2: // a cut anywhere, then the request
+				if _, err := x.h.Cut(ctx, rng.IntN(len(x.tape.tokens)+1)); err != nil {
+					t.Fatal(err)
+				}
+				x.check(t)
+				if _, err := x.h.Sync(ctx, p, true, false, true); err != nil {
+					t.Fatal(err)
+				}
+				x.check(t)
+				want = x.at(t)
+			case 3: // a new turn after a reply
+				if err := x.h.AppendTokens(ctx, randomTokens(seed*1000+uint64(step), 1+rng.IntN(100))); err != nil {
+					t.Fatal(err)
+				}
+				hay = append(append([]engine.Token(nil), x.tape.tokens...), randomTokens(seed+uint64(step), 5+rng.IntN(60))...)
+				p = prompt(hay, nil)
+				if _, err := x.h.Sync(ctx, p, true, false, true); err != nil {
+					t.Fatal(err)
+				}
+				x.check(t)
+				want = x.at(t)
+			}
+		}
+		t.Logf("seed %d: %d repeated requests restored", seed, restored)
+		total += restored
+	}
+	if total == 0 {
+		t.Fatal("no repeated request was restored")
+	}
+}
+
+// A snapshot's mark that does not fit the restored blocks is dropped (the
+// session then cuts as usual); one that fits names the restored blocks.
+func TestLoadMarkFailsClosed(t *testing.T) {
+	blocks := []*hotBlock{{id: 7, vstart: 0, n: 4}, {id: 8, vstart: 4, n: 64}, {id: 9, vstart: 68, n: 64}}
+	good := func() *snapshot.TurnMark {
+		return &snapshot.TurnMark{At: 100, TailV: 68, TailP: 90, Turn: 3, Blocks: []snapshot.MarkBlock{{Hot: true, PStart: 0}, {Hot: false, PStart: 4}}}
+	}
+	if m := loadMark(good(), blocks, 150); m == nil || m.blocks[1].id != 8 || m.at != 100 || m.tailP != 90 {
+		t.Fatalf("a fitting mark: %+v", m)
+	}
+	bad := map[string]func(*snapshot.TurnMark){
+		"more blocks than restored": func(m *snapshot.TurnMark) { m.Blocks = append(m.Blocks, snapshot.MarkBlock{}, snapshot.MarkBlock{}) },
+		"past the tape":             func(m *snapshot.TurnMark) { m.At = 151 },
+		"at 0":                      func(m *snapshot.TurnMark) { m.At = 0 },
+		"tail past the mark":        func(m *snapshot.TurnMark) { m.TailV = 101 },
+		"tail not after its blocks": func(m *snapshot.TurnMark) { m.TailV = 60 },
+		"a negative position":       func(m *snapshot.TurnMark) { m.Blocks[0].PStart = -1 },
+		"a negative tail position":  func(m *snapshot.TurnMark) { m.TailP = -5 },
+	}
+	for name, edit := range bad {
+		sm := good()
+		edit(sm)
+		if m := loadMark(sm, blocks, 150); m != nil {
+			t.Errorf("%s: loaded %+v", name, m)
+		}
+	}
+	if loadMark(nil, blocks, 150) != nil {
+		t.Error("no mark: loaded one")
 	}
 }
