@@ -13,8 +13,8 @@ import (
 // prefixBounds renders every prefix messages[:k] to find where it ends in
 // the full rendering: a first rendering of N messages costs N renderings
 // of up to N messages. fastBounds renders the conversation once more with a
-// unique mark at the start of each message's text (its content, or its
-// first tool call's name when it has none), strips the marks, checks that
+// unique mark at the start of each message's text (its content and its
+// first tool call's name), strips the marks, checks that
 // what is left is the full rendering byte for byte and so learns where
 // each message's text starts in it. Every boundary k (between messages k-1
 // and k) gets a shape: the two messages' roles and kinds and where they
@@ -26,9 +26,10 @@ import (
 // is cut the prefix way. The middle and the last boundary of each shape
 // are cut the prefix way as well and must agree with the header's
 // answer; if one does not, or the rendering cannot be marked (a template
-// that rewrites text, a message with no text at all, text holding the
-// mark), or more than fastCutMaxChecks prefix cuts would be needed, the
-// whole conversation is cut by prefixes. A template whose cuts depend on
+// that rewrites text, text holding a mark or a stop string), or more than
+// fastCutMaxChecks prefix cuts would be needed, the whole conversation is
+// cut by prefixes. A message none of whose marks was written (no text at
+// all), or whose start is unsure, is cut the prefix way. A template whose cuts depend on
 // a message's text, not its shape, disagrees with its own samples and
 // falls back; the property tests compare both methods on random
 // conversations and recorded agent requests for every shipped template.
@@ -69,17 +70,19 @@ func (t *Template) fastCuts(ctx context.Context, msgs []Message, tools []Tool, f
 	}
 	// Empty texts are marked too when the template lays them out as any
 	// other (ChatML); a template that tests for them (Qwen 2.5 writes a
-	// tool call's empty content as nothing) is asked again without.
+	// tool call's empty content as nothing) is asked again without. A
+	// mark goes before a text's leading white space, or, for a template
+	// that trims it (Llama 3), after.
 	var anchors []int
-	for _, empties := range []bool{true, false} {
-		out, err := t.text(ctx, markMessages(msgs, empties), tools, true)
+	for _, a := range []struct{ empties, afterSpace bool }{{true, false}, {false, false}, {true, true}, {false, true}} {
+		out, err := t.text(ctx, markMessages(msgs, a.empties, a.afterSpace), tools, true)
 		if transient(err) {
 			return nil, 0, false, err
 		}
 		if err != nil {
 			continue
 		}
-		if anchors, ok = findMarks(out, full, n); ok {
+		if anchors, ok = findMarks(out, full, msgs, a.afterSpace); ok {
 			break
 		}
 	}
@@ -187,14 +190,16 @@ func (t *Template) markable(msgs []Message, tools []Tool) bool {
 }
 
 // markMessages returns msgs with a mark at the start of each one's
-// content (after its leading white space) (an empty one too when empties) and of its first tool call's
-// name.
-func markMessages(msgs []Message, empties bool) []Message {
+// content (an empty one too when empties; after its leading white space
+// when afterSpace) and of its first tool call's name.
+func markMessages(msgs []Message, empties, afterSpace bool) []Message {
 	out := make([]Message, len(msgs))
 	for i, m := range msgs {
 		if m.Content != "" || empties {
-			// After leading white space, which a template may trim.
-			ws := len(m.Content) - len(strings.TrimLeftFunc(m.Content, unicode.IsSpace))
+			ws := 0
+			if afterSpace {
+				ws = leadingSpace(m.Content)
+			}
 			m.Content = m.Content[:ws] + cutMark(i, 'c') + m.Content[ws:]
 		}
 		if len(m.ToolCalls) > 0 {
@@ -206,11 +211,18 @@ func markMessages(msgs []Message, empties bool) []Message {
 	return out
 }
 
-// findMarks strips the marks of n messages from out and returns where
-// each message's first mark was in what is left (-1: none of its marks
-// was written), with anchors[n] = len(full); ok only when no mark appears
-// twice and what is left is full.
-func findMarks(out, full string, n int) ([]int, bool) {
+// leadingSpace is the length of s's leading white space.
+func leadingSpace(s string) int { return len(s) - len(strings.TrimLeftFunc(s, unicode.IsSpace)) }
+
+// findMarks strips the marks of msgs from out and returns where each
+// message's first mark was in what is left (-1: none of its marks was
+// written, or, marked after its leading white space, that white space
+// may have been written: where the message starts is then unsure), with
+// anchors[n] = len(full); ok only when no mark appears twice and what is
+// left is full.
+func findMarks(out, full string, msgs []Message, afterSpace bool) ([]int, bool) {
+	n := len(msgs)
+	unsure := make([]bool, n)
 	anchors := make([]int, n+1)
 	for i := range anchors {
 		anchors[i] = -1
@@ -239,10 +251,18 @@ func findMarks(out, full string, n int) ([]int, bool) {
 		if anchors[i] < 0 || b.Len() < anchors[i] {
 			anchors[i] = b.Len()
 		}
+		if kind == 'c' && afterSpace && leadingSpace(msgs[i].Content) > 0 {
+			unsure[i] = true
+		}
 		out = rest[end+2:]
 	}
 	if b.String() != full {
 		return nil, false
+	}
+	for i := range n {
+		if unsure[i] {
+			anchors[i] = -1 // cut the prefix way
+		}
 	}
 	anchors[n] = len(full)
 	return anchors, true
