@@ -14,11 +14,12 @@ import (
 // in the same daemon (a closed session's snapshot) and after a restart
 // (the open session's snapshot at shutdown, which holds its reply too).
 //
-// A hot set is path-dependent: cutting generated tokens back (the same
-// request asked again) does not bring back the blocks evicted while they
-// were generated, so the original itself answers a repeated request
-// differently from its first answer; the resumed session does the same,
-// never anything else.
+// A hot set is path-dependent: the blocks evicted while a reply is
+// generated stay evicted when the reply is cut away. A cut back to where
+// the turn started restores the layout it had there (and a snapshot
+// carries that mark), so the original answers a repeated request as it
+// first did, and so does the session resumed from its snapshot, which
+// holds the reply.
 func TestFakeHotResumeContinuesAsTheOriginal(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		hotResumeContinues(t, restart)
@@ -46,6 +47,9 @@ func hotResumeContinues(t *testing.T, restart bool) {
 	d.mustEnsure(a, turn2(reply))
 	d.mustSuffix(a)
 	again := d.greedy(a, 16)
+	if !slices.Equal(again, first) {
+		t.Fatalf("restart %v: turn 2 asked again answered %v, first %v", restart, again, first)
+	}
 
 	// The same first turn in a session that closes (automatic snapshot),
 	// then the second turn in a new one.
@@ -61,7 +65,7 @@ func hotResumeContinues(t *testing.T, restart bool) {
 	if restart {
 		d = d.restart()
 		// a's snapshot at shutdown holds turn 2 and its answer: cut back
-		// to turn 2, it answers as a did when asked again.
+		// to turn 2, it answers as a did (both times).
 		want, from = again, "auto-a"
 	}
 	c := d.open("c")

@@ -42,7 +42,7 @@ func (srv *Server) reportEdit(ctx context.Context, connID uint64, r *pb.ReportEd
 				return nil
 			}
 			before := sess.tape.Len()
-			if _, err := sess.layout.Cut(cut); err != nil {
+			if _, err := sess.layout.Cut(ctx, cut); err != nil {
 				return err
 			}
 			rep.Sessions++

@@ -36,6 +36,19 @@ type cutEntry struct {
 	probeNext int
 }
 
+// missing counts the keys the cache holds no entry for.
+func (c *cutCache) missing(keys []uint64) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, k := range keys {
+		if _, ok := c.m[k]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
 func (c *cutCache) get(key uint64) (cutEntry, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -21,7 +21,8 @@
 // detection), jinja.go (template variables), fallback.go (the fallback
 // layout), render.go (cut points and stability), cutcache.go (what the
 // last turns' renderings gave, so a turn re-renders only its new
-// messages), control.go (which markers are control tokens), strftime.go,
+// messages), fastcut.go (a long conversation's cut points from one marked
+// rendering, in time linear in its length), control.go (which markers are control tokens), strftime.go,
 // limits.go (the
 // limits a conversation is checked against before rendering, and the
 // template's box), sample.go (the sample conversations every template

@@ -33,9 +33,11 @@ func msgID(i int) string { return "msg-" + strconv.Itoa(i) }
 // exactly the full rendering (less a leading BOS text). Segment IDs are
 // stable ("system", "tools", "msg-<i>", "gen").
 //
-// The cut points are found by rendering every prefix of msgs and keeping
+// The cut points are those of rendering every prefix of msgs and keeping
 // those that are a prefix of the full rendering; a message whose rendering
-// depends on later messages is merged with its neighbours. A segment is
+// depends on later messages is merged with its neighbours. A long
+// conversation finds the same ones from one marked rendering and a few
+// prefixes (fastcut.go). A segment is
 // stable only if two probe continuations (a text reply and a user message;
 // a tool call and its result) render it unchanged.
 //
@@ -68,19 +70,11 @@ func (t *Template) renderSegments(ctx context.Context, msgs []Message, tools []T
 		return policy.Manifest{}, err
 	}
 	n := len(msgs)
-	// bounds[k] is the end of messages[:k] in full, or -1 when rendering
-	// messages[:k] is not a prefix of full.
-	bounds := make([]int, n+1)
-	keys := prefixKeys(msgs, tools)
-	ph := &prefixHasher{s: full}
-	last := 0
-	for k := 0; k <= n; k++ {
-		if bounds[k], err = t.cut(ctx, msgs, k, tools, full, last, keys[k], ph); err != nil {
-			return policy.Manifest{}, err
-		}
-		if bounds[k] >= 0 {
-			last = bounds[k]
-		}
+	// bounds[k] is the end of messages[:k] in full, or -1 when there is no
+	// cut point there.
+	bounds, err := t.bounds(ctx, msgs, tools, full)
+	if err != nil {
+		return policy.Manifest{}, err
 	}
 	// The head is everything before the first non-system message: the
 	// template's preamble, the system prompt and the tool definitions.
@@ -140,6 +134,44 @@ func (t *Template) renderSegments(ctx context.Context, msgs []Message, tools []T
 		return policy.Manifest{}, fmt.Errorf("%w: %w", ErrCancelled, context.Cause(ctx))
 	}
 	return policy.Manifest{Segments: segs, Template: t.name}, nil
+}
+
+// bounds returns the cut points of full, the rendering of msgs and tools:
+// bounds[k] is where messages[:k] end in full, or -1 when there is no cut
+// point there. A long conversation's are found in time linear in its
+// length (fastcut.go) when its rendering allows; otherwise, and always
+// with the same answer, by rendering each prefix (prefixBounds).
+func (t *Template) bounds(ctx context.Context, msgs []Message, tools []Tool, full string) ([]int, error) {
+	// A turn that extends one already cut finds most prefixes in the cut
+	// cache: then only its new messages are rendered, fewer renderings
+	// than the fast way's samples.
+	if len(msgs) >= fastCutMinMessages && t.cuts.missing(prefixKeys(msgs, tools)) > fastCutMaxMisses {
+		b, ok, err := t.fastBounds(ctx, msgs, tools, full)
+		if err != nil || ok {
+			return b, err
+		}
+	}
+	return t.prefixBounds(ctx, msgs, tools, full)
+}
+
+// prefixBounds is bounds found by cutting at each prefix in turn: time
+// quadratic in the messages, less what the cut cache holds.
+func (t *Template) prefixBounds(ctx context.Context, msgs []Message, tools []Tool, full string) ([]int, error) {
+	n := len(msgs)
+	bounds := make([]int, n+1)
+	keys := prefixKeys(msgs, tools)
+	ph := &prefixHasher{s: full}
+	last := 0
+	for k := 0; k <= n; k++ {
+		var err error
+		if bounds[k], err = t.cut(ctx, msgs, k, tools, full, last, keys[k], ph); err != nil {
+			return nil, err
+		}
+		if bounds[k] >= 0 {
+			last = bounds[k]
+		}
+	}
+	return bounds, nil
 }
 
 // cut returns where messages[:k] end in full, after last, or -1 when

@@ -97,7 +97,7 @@ func (h *hotSet) AdoptOrphan(i, upto int) (int, int, error) {
 	h.tailP = pos
 	tape.logitsAt = -1
 	h.note(fmt.Sprintf("resumed %d tokens (%d blocks) parked in the arena by a closed session or an earlier ctxd", len(tape.tokens), len(h.blocks)))
-	n, err := h.Cut(upto)
+	n, err := h.cut(upto) // an adopted tape has no turn to go back to
 	if err != nil {
 		return 0, 0, err
 	}

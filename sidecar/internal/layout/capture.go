@@ -117,6 +117,7 @@ func (h *hotSet) Capture(c *snapshot.Capture, meta *snapshot.Meta) error {
 		idx := c.Add(coldstore.BlockMeta{Chain: r.chain, Tokens: r.toks, Pos0: r.p}, x.Blob)
 		sh.Image = append(sh.Image, snapshot.Range{PStart: r.p, N: r.n, KV: idx})
 	}
+	sh.Mark = h.mark.saved(len(h.blocks), len(tape))
 	meta.Hot = sh
 	return nil
 }

@@ -115,7 +115,7 @@ func (d *denseLayout) AppendTokens(ctx context.Context, toks []engine.Token) err
 	return nil
 }
 
-func (d *denseLayout) Cut(n int) (int, error) {
+func (d *denseLayout) Cut(_ context.Context, n int) (int, error) {
 	if n >= len(d.tape.tokens) {
 		return len(d.tape.tokens), nil
 	}

@@ -41,7 +41,8 @@
 // with the few methods the daemon needs; spans, prompts), dense.go,
 // segreuse.go (a dense session's reuse past an early change: unchanged
 // segments' KV moved into place), hotset.go (the hot set: Sync, Cut,
-// lifecycle), hotblock.go (a block and its residency), hotconfig.go,
+// lifecycle), hotblock.go (a block and its residency), hotturn.go (the
+// layout at a turn's start, restored by a cut back to it), hotconfig.go,
 // hotseal.go (streaming in: sealing, parking, spilling), hotevict.go
 // (eviction and compaction), hotplan.go (a turn's retrieval carried out),
 // retrieval.go (retrieval reports for explain), attention.go (the

@@ -100,6 +100,7 @@ func (h *hotSet) find(id uint64) *hotBlock {
 func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 	tape, ectx, t := h.tape, h.env.Engine, h.env.Tiers
 	tape.logitsAt = -1
+	h.shortfall = false
 	for _, id := range plan.Evict {
 		b := h.find(id)
 		if b == nil || !b.res.inEngine() {
@@ -153,6 +154,7 @@ func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 			// An SSD read that failed or was cancelled keeps the block
 			// spilled: a later turn may still bring it back.
 			h.note(fmt.Sprintf("block %d unreadable from the %s tier: %v", m.b.id, where, err))
+			h.shortfall = true
 			continue
 		}
 		if where == tiers.Arena {
@@ -163,6 +165,7 @@ func (h *hotSet) applyPlan(ctx context.Context, plan policy.HotSetPlan) error {
 			// closes over the hole below, so the KV stays consistent.
 			h.dropCopy(m.b)
 			h.note(fmt.Sprintf("block %d refused by the engine on admission: %v", m.b.id, err))
+			h.shortfall = true
 			continue
 		}
 		m.b.res = m.b.res.admitted()

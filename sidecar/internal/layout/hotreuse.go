@@ -118,7 +118,7 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 	}
 	approxKept := kept - tape.ExactTokens(kept)
 	before := len(tape.tokens)
-	kept, err = h.Cut(kept) // a hot set keeps less: up to the start of the block kept falls in
+	kept, err = h.Cut(ctx, kept) // a hot set keeps less: up to the start of the block kept falls in
 	if err != nil {
 		return true, err
 	}

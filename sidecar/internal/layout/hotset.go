@@ -51,6 +51,8 @@ type hotSet struct {
 	evictions  int64
 	admissions int64
 	diag       []string
+	mark       *turnMark // the layout where the last turn started (hotturn.go)
+	shortfall  bool      // the last plan applied could not admit every block it named
 }
 
 const tailID = math.MaxUint64
@@ -109,11 +111,26 @@ func (h *hotSet) note(s string) {
 }
 
 // Cut keeps tape[:n] (rounded down to a block boundary when n falls inside
-// a sealed block) and returns the length kept.
-func (h *hotSet) Cut(n int) (int, error) {
+// a sealed block) and returns the length kept. A cut back to where the
+// last turn started restores the layout it had there (hotturn.go).
+func (h *hotSet) Cut(ctx context.Context, n int) (int, error) {
+	if h.turnChoice(n).Restore {
+		if err := h.restoreTurn(ctx); err != nil {
+			return len(h.tape.tokens), err
+		}
+		return n, nil
+	}
+	return h.cut(n)
+}
+
+// cut is Cut without the turn's layout.
+func (h *hotSet) cut(n int) (int, error) {
 	tape, ectx := h.tape, h.env.Engine
 	if n >= len(tape.tokens) {
 		return len(tape.tokens), nil
+	}
+	if h.mark != nil && n < h.mark.at {
+		h.mark = nil // the turn it remembers is being cut away
 	}
 	if n >= h.tailV {
 		p := h.tailP + (n - h.tailV)
@@ -151,8 +168,28 @@ func (h *hotSet) Cut(n int) (int, error) {
 
 // Sync keeps the common prefix, then streams the rest in; with retrieve,
 // parked blocks relevant to the new tokens are brought back first (once
-// per turn, in bulk).
+// per turn, in bulk). A Sync that leaves logits starts a turn: its layout
+// is remembered, and a later one for the same prompt, past which the tape
+// has grown (a repeated request), cuts back to it (hotturn.go).
 func (h *hotSet) Sync(ctx context.Context, target Prompt, needLogits, keepTail, retrieve bool) (SyncResult, error) {
+	restored := 0
+	if needLogits && len(target.Tokens) > 0 && h.tape.ReusablePrefix(target) == len(target.Tokens) && h.turnChoice(len(target.Tokens)).Restore {
+		before := len(h.tape.tokens)
+		if err := h.restoreTurn(ctx); err != nil {
+			return SyncResult{PromptTokens: len(target.Tokens)}, err
+		}
+		restored = before - len(h.tape.tokens)
+	}
+	r, err := h.sync(ctx, target, needLogits, keepTail, retrieve)
+	r.Dropped += restored
+	if err == nil && needLogits && h.tape.HasLogits() {
+		h.markTurn()
+	}
+	return r, err
+}
+
+// sync is Sync without the turn's layout.
+func (h *hotSet) sync(ctx context.Context, target Prompt, needLogits, keepTail, retrieve bool) (SyncResult, error) {
 	tape := h.tape
 	r := SyncResult{PromptTokens: len(target.Tokens)}
 	limit := h.env.SessionTokens()
@@ -177,7 +214,7 @@ func (h *hotSet) Sync(ctx context.Context, target Prompt, needLogits, keepTail, 
 	}
 	r.Approximate = keep - tape.ExactTokens(keep)
 	before := len(tape.tokens)
-	kept, err := h.Cut(keep)
+	kept, err := h.Cut(ctx, keep)
 	if err != nil {
 		return r, err
 	}

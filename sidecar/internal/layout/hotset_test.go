@@ -47,6 +47,7 @@ func (c *counters) ArenaDropped() { c.dropped++ }
 // window of 64) on the fake engine, parking into an arena of arenaBytes
 // and spilling to an SSD tier.
 type testHotSet struct {
+	eng   *enginefake.Backend
 	h     *hotSet
 	tape  *Tape
 	ectx  engine.Context
@@ -101,7 +102,7 @@ func newTestHotSet(t *testing.T, arenaBytes int64) *testHotSet {
 	}
 	tape := NewTape()
 	h := NewHotSet(env, &tape, 1).(*hotSet)
-	return &testHotSet{h: h, tape: &tape, ectx: ectx, count: c}
+	return &testHotSet{eng: eng, h: h, tape: &tape, ectx: ectx, count: c}
 }
 
 func (x *testHotSet) check(t *testing.T) {
@@ -205,7 +206,7 @@ func TestHotSetCutRoundsDownToABlock(t *testing.T) {
 	if _, err := x.h.Sync(context.Background(), prompt(hay, nil), false, true, false); err != nil {
 		t.Fatal(err)
 	}
-	kept, err := x.h.Cut(500)
+	kept, err := x.h.Cut(context.Background(), 500)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,9 +38,10 @@ type Layout interface {
 	// AppendTokens decodes toks after the tape.
 	AppendTokens(ctx context.Context, toks []engine.Token) error
 	// Cut drops the tape and its KV from tape index n on (a hot set keeps
-	// less: up to the start of the block n falls in) and returns the
-	// length kept.
-	Cut(n int) (int, error)
+	// less: up to the start of the block n falls in, or, cut back to
+	// where its last turn started, restores that turn's layout) and
+	// returns the length kept.
+	Cut(ctx context.Context, n int) (int, error)
 	// Clear empties the session in the engine and the tiers.
 	Clear() error
 	// Reset forgets the session's state without touching the engine (the

@@ -189,5 +189,6 @@ func (h *hotSet) Restore(ctx context.Context, r Restore, _ int) error {
 		tape.markApprox(*a)
 	}
 	h.tailV, h.tailP = sh.TailV, sh.TailP
+	h.mark = loadMark(sh.Mark, h.blocks, len(saved))
 	return nil
 }

@@ -88,7 +88,7 @@ func (t *Tape) EndTurn() {
 func RefreshLogits(ctx context.Context, l Layout, t *Tape) error {
 	n := len(t.tokens)
 	spans := append([]Span(nil), t.spans...)
-	kept, err := l.Cut(n - 1)
+	kept, err := l.Cut(ctx, n-1)
 	if err != nil {
 		return err
 	}

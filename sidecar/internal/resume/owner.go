@@ -52,7 +52,7 @@ type Layout interface {
 	Mode() string
 	Capture(c *snapshot.Capture, meta *snapshot.Meta) error
 	Restore(ctx context.Context, r layout.Restore, upto int) error
-	Cut(n int) (int, error)
+	Cut(ctx context.Context, n int) (int, error)
 	Clear() error
 	Reset()
 	OrphanPrefixes(target []engine.Token) []int

@@ -90,7 +90,7 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 		// and the unchanged segments past the first change, if any (a
 		// hot set cuts at a block's start: the segments it holds from
 		// there on are prefilled instead).
-		_, err = l.Cut(plan.Upto)
+		_, err = l.Cut(ctx, plan.Upto)
 		rep.Tokens = int64(t.Len())
 	}
 	if err != nil {

@@ -53,6 +53,30 @@ type Hot struct {
 	Turn, Evictions, Admissions int64
 	Blocks                      []Block
 	Image                       []Range // hot blocks and the tail, by position
+	// Mark is the layout where the session's last turn started, which a
+	// cut back to that point restores; nil: none (older snapshots too).
+	Mark *TurnMark `json:",omitempty"`
+}
+
+// TurnMark is a hot-set session's layout at the start of its last turn:
+// At is the tape length there, Blocks[i] what block i was (the blocks
+// then are the first len(Blocks) of Hot.Blocks).
+type TurnMark struct {
+	At, TailV, TailP int
+	Turn             int64
+	Shortfall        bool // the turn's plan could not admit every block it named
+	Blocks           []MarkBlock
+}
+
+// MarkBlock is a block at a turn's start.
+type MarkBlock struct {
+	Hot       bool
+	PStart    int
+	LastUsed  int64
+	Score     float64
+	Reason    string
+	Retrieved bool
+	Pinned    bool
 }
 
 // Block is one block of a hot-set session.
