@@ -46,6 +46,9 @@ func besideBusy(ctx context.Context, e *cli.Env, cfg sidecar.Config, toks, warm 
 			v[i] = f(r)
 		}
 		sort.Float64s(v)
+		if len(v)%2 == 0 {
+			return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		}
 		return v[len(v)/2]
 	}
 	fmt.Fprintf(e.Stdout, "median of %d rounds, busy/alone: prefill time %.2fx, decode time %.2fx, warm turn %.2fx (goal: warm turn <= 2x)\n", len(rounds),
