@@ -196,8 +196,7 @@ func (srv *Server) startCall(ctx context.Context, c *conn, stream uint32, req *p
 			cancel()
 		}()
 		sw := newStreamWriter(c.ch, stream, srv.cfg.StreamCoalesce)
-		resp := srv.Handle(callCtx, c.id, req, sw.emit)
-		sw.finish()
+		resp := srv.Handle(withStreamFlush(callCtx, sw), c.id, req, sw.emit)
 		// Held DATA frames leave in front of it, in the same write.
 		c.ch.WriteMessage(stream, protocol.TypeResponse, 0, resp)
 	}()

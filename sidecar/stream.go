@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -13,20 +14,19 @@ import (
 // that follows the call's previous write within the coalescing window
 // (policy.HoldFrame) is queued on the channel instead of written: it
 // leaves, in order, in front of the next frame written on the connection
-// (the next token past the window, the call's RESPONSE, another call's
-// frame) or when the window has passed, whichever comes first. So a fast
-// decode wakes its client once per window instead of once per token, and
-// no frame waits longer than the window.
+// (the call's next token past the window, its RESPONSE, another call's
+// frame), or when the call is about to wait for another session's turn
+// (flushStream). So a fast decode wakes its client once per window
+// instead of once per token. There is no timer: arming one per group
+// woke Go's network poller twice a group, which cost more than the
+// writes it saved (docs/BENCHMARKS.md, issue 17).
 type streamWriter struct {
 	ch     *protocol.Channel
 	stream uint32
 	window time.Duration
 
-	mu    sync.Mutex
-	last  time.Time   // this call's last write; zero before the first frame
-	timer *time.Timer // flushes held frames at last+window; nil until needed
-	held  bool        // frames are queued and the timer is armed
-	done  bool
+	mu   sync.Mutex
+	last time.Time // this call's last write; zero before the first frame
 }
 
 func newStreamWriter(ch *protocol.Channel, stream uint32, window time.Duration) *streamWriter {
@@ -39,52 +39,32 @@ func (w *streamWriter) emit(ev *pb.StreamEvent) error {
 	defer w.mu.Unlock()
 	now := time.Now()
 	if policy.HoldFrame(now.Sub(w.last), w.last.IsZero(), w.window) {
-		if err := w.ch.Queue(w.stream, protocol.TypeData, 0, ev); err != nil {
-			return err
-		}
-		if !w.held {
-			w.held = true
-			wait := w.window - now.Sub(w.last)
-			if w.timer == nil {
-				w.timer = time.AfterFunc(wait, w.flush)
-			} else {
-				w.timer.Reset(wait)
-			}
-		}
-		return nil
+		return w.ch.Queue(w.stream, protocol.TypeData, 0, ev)
 	}
-	w.disarm()
 	w.last = now
 	return w.ch.WriteMessage(w.stream, protocol.TypeData, 0, ev)
 }
 
-// flush writes the held frames when the window has passed without
-// another write (the timer's goroutine).
-func (w *streamWriter) flush() {
+// flush writes the held frames now.
+func (w *streamWriter) flush() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.held || w.done {
-		return
-	}
-	w.held = false
 	w.last = time.Now()
-	w.ch.FlushQueued() // a failure is sticky: the call's next write reports it
+	return w.ch.FlushQueued()
 }
 
-// disarm stops the timer; the caller holds mu and is about to write,
-// which carries any held frames.
-func (w *streamWriter) disarm() {
-	if w.held {
-		w.timer.Stop()
-		w.held = false
+type streamFlushKey struct{}
+
+// withStreamFlush lets flushStream on ctx send the frames w holds.
+func withStreamFlush(ctx context.Context, w *streamWriter) context.Context {
+	return context.WithValue(ctx, streamFlushKey{}, w)
+}
+
+// flushStream sends the DATA frames the call of ctx holds, before it
+// waits (for another session's turn): held tokens do not wait with it.
+// A failure is the connection's, and the call's next write reports it.
+func flushStream(ctx context.Context) {
+	if w, ok := ctx.Value(streamFlushKey{}).(*streamWriter); ok {
+		w.flush()
 	}
-}
-
-// finish ends the call's stream: the timer is stopped, and the held
-// frames leave with the RESPONSE the caller writes next.
-func (w *streamWriter) finish() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.disarm()
-	w.done = true
 }

@@ -87,7 +87,6 @@ func TestStreamHoldsFastTokensInOrder(t *testing.T) {
 	if w.Queued() == 0 {
 		t.Fatal("tokens inside the window were written one by one")
 	}
-	sw.finish()
 	if err := w.WriteMessage(1, protocol.TypeResponse, 0, &pb.Response{}); err != nil {
 		t.Fatal(err)
 	}
@@ -97,39 +96,45 @@ func TestStreamHoldsFastTokensInOrder(t *testing.T) {
 	}
 }
 
-// TestStreamHeldTokenLeavesWithinTheWindow: a held token whose successor
-// never comes (the decode stalls, or it was the last) is written when the
-// window has passed, not later and not sooner.
-func TestStreamHeldTokenLeavesWithinTheWindow(t *testing.T) {
+// TestStreamFlushSendsHeldTokens: a held token whose successor does not
+// come yet (the call is about to wait for another session's turn) goes
+// out when the call flushes its stream through its context.
+func TestStreamFlushSendsHeldTokens(t *testing.T) {
 	w, r := streamPair(t)
-	const window = 30 * time.Millisecond
-	sw := newStreamWriter(w, 1, window)
-	t0 := time.Now()
+	sw := newStreamWriter(w, 1, time.Hour)
+	ctx := withStreamFlush(context.Background(), sw)
 	sw.emit(tok("a"))
 	sw.emit(tok("b")) // held
-	got := make(chan []time.Time, 1)
-	go func() {
-		var at []time.Time
-		for range 2 {
-			if _, _, err := r.ReadFrame(); err != nil {
-				break
-			}
-			at = append(at, time.Now())
-		}
-		got <- at
-	}()
+	if w.Queued() == 0 {
+		t.Fatal("b was not held")
+	}
+	flushStream(ctx)
+	if w.Queued() != 0 {
+		t.Fatal("flushStream left frames queued")
+	}
+	got := make(chan []string, 1)
+	go func() { got <- readN(r, 2) }()
 	select {
-	case at := <-got:
-		if len(at) != 2 {
-			t.Fatalf("read %d frames", len(at))
-		}
-		if d := at[1].Sub(t0); d < window {
-			t.Fatalf("held token arrived %v after the first write, before the %v window", d, window)
+	case p := <-got:
+		if strings.Join(p, "") != "ab" {
+			t.Fatalf("pieces %q, want ab", p)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("held token never left")
+		t.Fatal("flushed token never arrived")
 	}
-	sw.finish()
+	flushStream(context.Background()) // no stream on ctx: nothing happens
+}
+
+func readN(r *protocol.Channel, n int) []string {
+	var out []string
+	for range n {
+		var ev pb.StreamEvent
+		if _, err := r.ReadMessage(&ev); err != nil {
+			return out
+		}
+		out = append(out, ev.GetToken().GetPiece())
+	}
+	return out
 }
 
 // TestStreamSlowTokensGoOneByOne: tokens further apart than the window
@@ -147,7 +152,6 @@ func TestStreamSlowTokensGoOneByOne(t *testing.T) {
 		}
 		time.Sleep(window + time.Millisecond)
 	}
-	sw.finish()
 }
 
 // TestStreamNoWindowNeverHolds: with coalescing off (StreamCoalesce < 0)
@@ -161,26 +165,24 @@ func TestStreamNoWindowNeverHolds(t *testing.T) {
 			t.Fatalf("token %q held with coalescing off", p)
 		}
 	}
-	sw.finish()
 	w.WriteMessage(1, protocol.TypeResponse, 0, &pb.Response{})
 	if pieces, _ := readStream(t, r); strings.Join(pieces, "") != "abc" {
 		t.Fatalf("pieces %q", pieces)
 	}
 }
 
-// TestStreamFinishedCallIsNotFlushedByItsTimer: after finish the timer of
-// the finished call writes nothing; the held tokens leave with the
-// RESPONSE written next, in front of it.
-func TestStreamFinishedCallIsNotFlushedByItsTimer(t *testing.T) {
+// TestStreamHeldTokensWaitForTheNextWrite: held tokens are not written
+// on their own however long the call takes to its next write; they leave
+// with it, in front of it.
+func TestStreamHeldTokensWaitForTheNextWrite(t *testing.T) {
 	w, r := streamPair(t)
 	const window = 5 * time.Millisecond
 	sw := newStreamWriter(w, 1, window)
 	sw.emit(tok("a"))
 	sw.emit(tok("b"))
-	sw.finish()
 	time.Sleep(4 * window)
 	if w.Queued() == 0 {
-		t.Fatal("a finished call's timer wrote its held tokens")
+		t.Fatal("a held token was written without a write to carry it")
 	}
 	w.WriteMessage(1, protocol.TypeResponse, 0, &pb.Response{})
 	if pieces, _ := readStream(t, r); strings.Join(pieces, "") != "ab" {
