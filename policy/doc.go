@@ -56,5 +56,6 @@
 // key summary: its size and its kept keys), attention.go (the attention
 // index), fusion.go (combining scorers), vectors.go (per-head vectors from
 // the engine), retrieval.go (block scores), scorers.go (scorer names), errors.go (sentinel errors), format.go
-// (byte sizes in messages).
+// (byte sizes in messages), stream.go (when a streamed token's frame waits
+// to share the next write).
 package policy

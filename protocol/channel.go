@@ -24,8 +24,11 @@ type Channel struct {
 	conn     net.Conn
 	maxFrame atomic.Uint32
 
-	wmu  sync.Mutex // serialises writes and guards werr
+	wmu  sync.Mutex // serialises writes and guards werr and queued
 	werr error      // first write failure; sticky, the stream may hold a partial frame
+	// queued holds frames Queue encoded but did not write: they go out
+	// in front of the next frame written, or with FlushQueued.
+	queued []byte
 
 	br   *bufio.Reader // reader side: one goroutine
 	rbuf []byte
@@ -132,19 +135,98 @@ func (c *Channel) WriteMessage(streamID uint32, typ, flags uint8, m proto.Messag
 	return err
 }
 
-// write sends one whole frame under the writer lock. A failed or short
-// write may leave part of a frame on the stream, so it poisons the Channel.
+// write sends one whole frame, behind any queued ones and in the same
+// Write call, under the writer lock. A failed or short write may leave
+// part of a frame on the stream, so it poisons the Channel.
 func (c *Channel) write(frame []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.werr != nil {
 		return c.werr
 	}
+	if len(c.queued) > 0 {
+		c.queued = append(c.queued, frame...)
+		return c.writeQueued()
+	}
 	if _, err := c.conn.Write(frame); err != nil {
 		c.werr = err
 		return err
 	}
 	return nil
+}
+
+// Queue encodes m as one frame and keeps it for the next write: it leaves
+// in front of the next frame written (by any goroutine) or with
+// FlushQueued, in the order queued, so a sender can put several frames on
+// the wire in one system call (and wake the reader once). Once QueueLimit
+// bytes are queued, Queue writes them at once. Errors are WriteMessage's;
+// an encoding error queues nothing.
+func (c *Channel) Queue(streamID uint32, typ, flags uint8, m proto.Message) error {
+	h := Header{StreamID: streamID, Type: typ, Flags: flags}
+	if err := h.Validate(); err != nil {
+		return asLocal(err)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	start := len(c.queued)
+	b, err := marshalOptions.MarshalAppend(append(c.queued, make([]byte, HeaderSize)...), m)
+	if err != nil {
+		c.queued = c.queued[:start]
+		return &FrameError{Kind: ErrMalformedFrame, Header: h, Local: true,
+			Reason: fmt.Sprintf("cannot encode %s", m.ProtoReflect().Descriptor().FullName()), Err: err}
+	}
+	n := len(b) - start - HeaderSize
+	if limit := c.MaxFrame(); uint64(n) > uint64(limit) {
+		c.queued = b[:start]
+		return tooLarge(h, clampLen(n), limit, true)
+	}
+	h.Length = uint32(n)
+	EncodeHeader(b[start:], h)
+	c.queued = b
+	if len(c.queued) >= QueueLimit {
+		return c.writeQueued()
+	}
+	return nil
+}
+
+// FlushQueued writes the frames Queue kept, if any.
+func (c *Channel) FlushQueued() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	if len(c.queued) == 0 {
+		return nil
+	}
+	return c.writeQueued()
+}
+
+// Queued is the number of bytes Queue kept that are not written yet.
+func (c *Channel) Queued() int {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	return len(c.queued)
+}
+
+// QueueLimit is the most bytes Queue keeps before writing them.
+const QueueLimit = 64 << 10
+
+// writeQueued writes c.queued in one Write call; the caller holds wmu.
+func (c *Channel) writeQueued() error {
+	_, err := c.conn.Write(c.queued)
+	if cap(c.queued) > maxKeptBuffer {
+		c.queued = nil
+	} else {
+		c.queued = c.queued[:0]
+	}
+	if err != nil {
+		c.werr = err
+	}
+	return err
 }
 
 // ReadFrame reads the next frame. Only one goroutine may read; the payload

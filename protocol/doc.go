@@ -16,7 +16,8 @@
 //     sends header and payload in a single Write call, so frames of
 //     concurrent writers never interleave. A failed write poisons the
 //     Channel: the stream may hold part of a frame, so every later write
-//     returns the same error.
+//     returns the same error. Frames a sender queued (Channel.Queue) leave
+//     in order, in front of the next frame written, in the same Write call.
 //   - No frame exceeds the negotiated maximum: writers refuse larger
 //     payloads with ErrFrameTooLarge before sending anything, and readers
 //     reject larger announced lengths before reading or allocating the

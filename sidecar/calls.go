@@ -297,6 +297,11 @@ func (srv *Server) decode(ctx context.Context, connID uint64, r *pb.DecodeReques
 			if i > 0 {
 				// Between tokens other sessions' calls get their turns.
 				sess.tape.MarkGenerated()
+				if waiting, _ := srv.slot.token.contended(); waiting {
+					// Another session's turn may come first: the tokens
+					// the stream holds go out before it.
+					flushStream(ctx)
+				}
 				if err := srv.yield(sess); err != nil {
 					return err
 				}

@@ -39,6 +39,10 @@ type Config struct {
 	// RESOURCE_EXHAUSTED on stream 0). 0 = DefaultConfig's.
 	HandshakeTimeout time.Duration
 	MaxConns         int
+	// StreamCoalesce is how long a streamed token's DATA frame may wait
+	// for the next one's write (policy.HoldFrame); 0 = DefaultConfig's
+	// (policy.StreamCoalesce), <0 = every frame written at once.
+	StreamCoalesce time.Duration
 
 	// Beyond the window (hot-set mode). HotTokens 0 keeps sessions dense:
 	// every token resident, at most ContextTokens. HotAuto derives the
@@ -102,6 +106,7 @@ func DefaultConfig() Config {
 		MaxFrame:         protocol.DefaultMaxFrame,
 		HandshakeTimeout: 10 * time.Second,
 		MaxConns:         256,
+		StreamCoalesce:   policy.StreamCoalesce,
 		BlockTokens:      policy.DefaultHotBlockTokens,
 		SinkTokens:       policy.DefaultSinkTokens,
 		IdleSnapshot:     60 * time.Second,
@@ -128,6 +133,7 @@ func (c *Config) fill() error {
 	orDefault(&c.MaxFrame, d.MaxFrame)
 	orDefault(&c.HandshakeTimeout, d.HandshakeTimeout)
 	orDefault(&c.MaxConns, d.MaxConns)
+	orDefault(&c.StreamCoalesce, d.StreamCoalesce)
 	orDefault(&c.BlockTokens, d.BlockTokens)
 	orDefault(&c.IdleSnapshot, d.IdleSnapshot)
 	orDefault(&c.AutoSnapshots, d.AutoSnapshots)

@@ -195,10 +195,9 @@ func (srv *Server) startCall(ctx context.Context, c *conn, stream uint32, req *p
 			c.mu.Unlock()
 			cancel()
 		}()
-		emit := func(ev *pb.StreamEvent) error {
-			return c.ch.WriteMessage(stream, protocol.TypeData, 0, ev)
-		}
-		resp := srv.Handle(callCtx, c.id, req, emit)
+		sw := newStreamWriter(c.ch, stream, srv.cfg.StreamCoalesce)
+		resp := srv.Handle(withStreamFlush(callCtx, sw), c.id, req, sw.emit)
+		// Held DATA frames leave in front of it, in the same write.
 		c.ch.WriteMessage(stream, protocol.TypeResponse, 0, resp)
 	}()
 	return true

@@ -78,6 +78,7 @@
 //
 //	shell      server.go (Server: start-up, listening, shutdown), config.go
 //	           (Config and its validation), conn.go (one client connection),
+//	           stream.go (a call's DATA frames: coalescing fast tokens),
 //	           handler.go (the calls and their streamed events), calls.go
 //	           (the session calls: open, ensure_prefix, prefill_suffix,
 //	           decode, close), invalidate.go (invalidation hints),

@@ -73,8 +73,13 @@ func benchSpeed(ctx context.Context, e *cli.Env, args []string) error {
 	flashAttn := fs.Bool("flash-attn", false, "flash attention")
 	kv := fs.String("kv", "f16", "KV type: f16, q8_0 (needs flash attention) or f32")
 	asJSON := fs.Bool("json", false, "print JSON")
+	threads := fs.Int("threads", policy.ThreadsAuto, "CPU threads: 0 adapts each call to the free cores (ctxd's default), N pins N")
+	busyReps := fs.Int("beside-busy", 0, "instead: this many rounds on the CPU of alone, then beside one busy process (a shell loop), each in a fresh daemon; prints each round's ratio busy/alone")
 	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
+	}
+	if *threads < 0 {
+		return cli.Usage(fmt.Errorf("--threads %d: want 0 (auto) or a count", *threads))
 	}
 	kvType, err := policy.ParseKVType(*kv)
 	if err != nil {
@@ -87,13 +92,18 @@ func benchSpeed(ctx context.Context, e *cli.Env, args []string) error {
 	for i := range toks {
 		toks[i] = int32(3 + i%250)
 	}
+	if *busyReps > 0 {
+		cfg := withDevice(sidecar.Config{ModelPath: *model, ContextTokens: *prompt + *warm + *gen + 64, NoCold: true,
+			KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, Device: "cpu", Threads: *threads, Version: "ctxbench"})
+		return besideBusy(ctx, e, cfg, toks[:*prompt], toks[*prompt:], *gen, *busyReps)
+	}
 	var out []speedResult
 	for _, d := range strings.Split(*devices, ",") {
 		if d == "auto" {
 			d = ""
 		}
 		cfg := withDevice(sidecar.Config{ModelPath: *model, ContextTokens: *prompt + *warm + *gen + 64, NoCold: true,
-			KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, Device: d, Version: "ctxbench"})
+			KVType: kvType, FlashAttention: *flashAttn || kvType == policy.KVTypeQ8_0, Device: d, Threads: *threads, Version: "ctxbench"})
 		r, err := speedOn(ctx, cfg, toks[:*prompt], toks[*prompt:], *gen)
 		if err != nil {
 			return fmt.Errorf("device %q: %w", d, err)

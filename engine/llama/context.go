@@ -65,7 +65,8 @@ type Context struct {
 	logits       []float32
 	hasLogits    bool
 	closed       bool
-	pool         *C.struct_ggml_threadpool
+	pool         *C.struct_ggml_threadpool // opts.Threads workers
+	pool1        *C.struct_ggml_threadpool // one thread, for calls that chose one; nil when pool has one
 	load         cpuLoad
 	threads      int // ggml threads set for the current call (0: none yet)
 	// What status reads while a call runs (Threads, ThreadsReason): the
@@ -158,6 +159,20 @@ func (md *Model) newContextEval(o engine.ContextOptions, withEval bool) (*Contex
 		freeNative()
 		return nil, fmt.Errorf("%w: ggml could not start %d CPU threads", engine.ErrContextFull, o.Threads)
 	}
+	// A call that chose one thread runs on a pool without workers: on the
+	// full pool ggml's kickoff would wake every sleeping worker and hand
+	// the pool's mutex around with them, so beside a busy core the
+	// computing thread waited, call after call, for a worker that only
+	// had to see there was nothing for it to do.
+	var pool1 *C.struct_ggml_threadpool
+	if o.Threads > 1 {
+		if pool1 = C.ctxd_threadpool(1); pool1 == nil {
+			C.ggml_threadpool_free(pool)
+			C.llama_free(ctx)
+			freeNative()
+			return nil, fmt.Errorf("%w: ggml could not make a one-thread pool", engine.ErrContextFull)
+		}
+	}
 	C.llama_attach_threadpool(ctx, pool, pool)
 	c := &Context{
 		model:  md,
@@ -168,6 +183,7 @@ func (md *Model) newContextEval(o engine.ContextOptions, withEval bool) (*Contex
 		opts:   o,
 		nCtx:   int(C.llama_n_ctx(ctx)),
 		pool:   pool,
+		pool1:  pool1,
 		evalcb: eval,
 	}
 	dev := md.facts.Placement.Device.Name
@@ -366,6 +382,15 @@ func (c *Context) setThreads(n int) {
 		why.Store(&d.Reason)
 	}
 	if d.Threads != c.threads {
+		if c.pool1 != nil {
+			// ggml pauses the pool it leaves: its workers sleep until it
+			// is used again.
+			pool := c.pool
+			if d.Threads == 1 {
+				pool = c.pool1
+			}
+			C.llama_attach_threadpool(c.ctx, pool, pool)
+		}
 		C.llama_set_n_threads(c.ctx, C.int32_t(d.Threads), C.int32_t(d.Threads))
 		c.threads = d.Threads
 		c.threadsNow.Store(int32(d.Threads))
@@ -422,6 +447,9 @@ func (c *Context) Close() error {
 	C.llama_batch_free(c.batch)
 	C.llama_free(c.ctx)
 	C.ggml_threadpool_free(c.pool)
+	if c.pool1 != nil {
+		C.ggml_threadpool_free(c.pool1)
+	}
 	C.free(unsafe.Pointer(c.abort))
 	if c.evalcb != nil {
 		freeEvalState(c.evalcb)

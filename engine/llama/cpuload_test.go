@@ -1,7 +1,10 @@
 package llama
 
 import (
+	"context"
 	"math"
+	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,5 +159,75 @@ func TestContextThreadsReason(t *testing.T) {
 			t.Errorf("pinned to 1: ran %d", c.Threads())
 		}
 		c.Close()
+	}
+}
+
+// TestOneThreadPoolDecodesAlike: a context of two threads whose calls
+// choose one (another process holds a core) runs them on its worker-less
+// one-thread pool, and back on the full pool when the core is free again;
+// the tokens are those of a context pinned to one thread, whichever pool
+// ran each call.
+func TestOneThreadPoolDecodesAlike(t *testing.T) {
+	m := loadStories(t)
+	if m.facts.Placement.GPULayers > 0 || runtime.NumCPU() < 2 {
+		t.Skip("needs the CPU backend and two CPUs")
+	}
+	toks, err := m.Tokenize("Once upon a time there was a little girl", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := m.newContext(engine.ContextOptions{ContextTokens: 256, BatchTokens: 64, Threads: 1, DecodeThreads: 1, ThreadsPinned: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := greedy(t, ref, toks, 0, 12)
+	ref.Close()
+
+	c, err := m.newContext(engine.ContextOptions{ContextTokens: 256, BatchTokens: 64, Threads: 2, DecodeThreads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if c.pool1 == nil {
+		t.Fatal("a two-thread context has no one-thread pool")
+	}
+	others := 0
+	c.load = cpuLoad{
+		read:   func() (cpuTimes, bool) { return cpuTimes{busy: 1, total: 2, cpus: 2, running: others}, true },
+		ownRun: func() (int, bool) { return 0, true },
+	}
+	// Each call samples afresh (the instant count of other runnable
+	// threads): busy, idle, busy, ... call after call.
+	ctx := context.Background()
+	decode := func(tokens []engine.Token, pos int) int {
+		c.load.prevAt = time.Time{}
+		if err := c.Decode(ctx, tokens, pos); err != nil {
+			t.Fatal(err)
+		}
+		return c.Threads()
+	}
+	busy := runtime.NumCPU() // other processes want every core: one thread
+	others = busy
+	if n := decode(toks, 0); n != 1 {
+		t.Fatalf("beside a busy process: %d threads, want 1", n)
+	}
+	s, err := c.NewSampler(engine.SamplingParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var got []engine.Token
+	used := map[int]bool{}
+	for i := range 12 {
+		tok := c.Sample(s)
+		got = append(got, tok)
+		others = busy * ((i + 1) % 2)
+		used[decode([]engine.Token{tok}, len(toks)+i)] = true
+	}
+	if !used[1] || !used[2] {
+		t.Fatalf("calls ran on %v threads, want both 1 and 2", used)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("tokens %v across the two pools, want %v (one thread throughout)", got, want)
 	}
 }

@@ -28,7 +28,10 @@
 //     progress callback returns false); nothing of the model is kept.
 //   - Each context owns a ggml threadpool with poll 0 (idle workers sleep)
 //     and sets its thread count before every llama_decode from the cores
-//     free at that moment (policy.ComputeThreads).
+//     free at that moment (policy.ComputeThreads). A call that chose one
+//     thread runs on a second pool of one thread, which has no workers to
+//     wake: the computing thread never waits for a sleeping worker to be
+//     scheduled (TestOneThreadPoolDecodesAlike).
 //   - Ranges and saved sequences hold K rotated for the positions they
 //     report: llama.cpp rotates moved cells only at the next llama_decode,
 //     so ExtractRange and SaveSeq after a Shift or a moving InsertRange
