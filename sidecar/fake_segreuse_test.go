@@ -74,7 +74,7 @@ func TestFakeSegmentReuseAfterEarlyChange(t *testing.T) {
 	// reuse keeps only the exact part (BOS and the prefilled system
 	// prompt) and prefills the rest.
 	b := d.open("b")
-	d.mustEnsure(b, m2)
+	ensureExact(d, b, m2) // a cold prefill: no KV copied from a
 	d.mustSuffix(b)
 	coldState := d.resident().State
 	cold := d.greedy(b, 8)

@@ -3,6 +3,7 @@ package layout
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
@@ -61,13 +62,23 @@ type segmentReuse struct {
 	plan policy.SegmentReusePlan
 	// matchedIn are the matched tokens inside target (not its moved tail).
 	matchedIn int
+	// prefixDonor is the donor whose exact prefix extends the kept one to
+	// prefixEnd (-1: none; prefixEnd is then kept).
+	prefixDonor, prefixEnd int
 }
 
+// moves reports whether the plan copies or moves anything.
+func (sr segmentReuse) moves(kept int) bool { return len(sr.plan.Runs) > 0 || sr.prefixEnd > kept }
+
 // planReuse matches target's segments past kept (where it first differs
-// from the tape) with the tape's and asks policy what to move. ok is false
-// when nothing is moved: the caller prefills past kept as usual.
-func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits, keepTail bool, r *SyncResult) (segmentReuse, bool, error) {
-	if env.Reuse == nil || kept >= len(tape.tokens) {
+// from the tape) with the tape's and, for those it does not hold, with
+// the donors' (target.Donors), and asks policy what to move. With
+// exactPrefix a dense donor's prefix equal to target's may extend kept
+// (copied at the same positions). ok is false when nothing is moved: the
+// caller prefills past kept as usual.
+func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits, keepTail, exactPrefix bool, r *SyncResult) (segmentReuse, bool, error) {
+	donors := target.Donors
+	if env.Reuse == nil || (kept >= len(tape.tokens) && len(donors) == 0) {
 		return segmentReuse{}, false, nil
 	}
 	set := env.Reuse()
@@ -75,35 +86,52 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	if target.Exact {
 		mode = policy.ReuseExact
 	}
+	if mode == policy.ReuseExact {
+		donors = nil // an exact turn never copies another session's KV
+		if kept >= len(tape.tokens) {
+			return segmentReuse{}, false, nil
+		}
+	}
+	held := heldTapes(donors)
+	prefixDonor, from := -1, kept
+	if exactPrefix {
+		prefixDonor, from = policy.DonorPrefix(held, target.Tokens, kept)
+	}
 	full := target
-	runs := policy.MatchSegments(tape.tokens, spanRanges(tape.spans), target.Tokens, spanRanges(target.Spans), kept)
+	var runs []policy.ReuseRun
+	if kept < len(tape.tokens) {
+		runs = policy.MatchSegments(tape.tokens, spanRanges(tape.spans), target.Tokens, spanRanges(target.Spans), kept)
+	}
 	if n := len(runs); keepTail && n > 0 && runs[n-1].Dst+runs[n-1].Len == len(target.Tokens) && runs[n-1].Src+runs[n-1].Len < len(tape.tokens) {
 		// The prompt ends with a moved run: what followed it stays after it.
 		var tail policy.ReuseRun
 		full, tail = tape.withTail(target, runs[n-1].Src+runs[n-1].Len)
 		runs = append(runs, tail)
 	}
-	if len(runs) == 0 || len(full.Tokens) > limit {
+	runs = policy.MergeRuns(runs, policy.MatchDonorSegments(held, target.Tokens, spanRanges(target.Spans), from, runs), from)
+	if (len(runs) == 0 && from == kept) || len(full.Tokens) > limit {
 		return segmentReuse{}, false, nil
 	}
 	plan, err := policy.PlanSegmentReuse(policy.SegmentReuseInput{
-		Mode: mode, Kept: kept, PromptTokens: len(full.Tokens), Runs: runs, NeedLogits: needLogits,
+		Mode: mode, Kept: from, PromptTokens: len(full.Tokens), Runs: runs, NeedLogits: needLogits,
 		Cost: set.Cost, LatencySeconds: set.LatencySeconds,
 	})
 	if err != nil {
 		return segmentReuse{}, false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 	}
-	r.ReuseChoice, r.Budget = plan.Choice, plan.BudgetTokens
+	r.ReuseChoice, r.Budget = plan.Choice+donorNote(donors, plan.Runs, prefixDonor, kept, from), plan.BudgetTokens
 	matchedIn := 0
 	for _, run := range runs {
 		matchedIn += max(0, min(run.Dst+run.Len, len(target.Tokens))-run.Dst)
 	}
-	return segmentReuse{full: full, plan: plan, matchedIn: matchedIn}, len(plan.Runs) > 0, nil
+	sr := segmentReuse{full: full, plan: plan, matchedIn: matchedIn, prefixDonor: prefixDonor, prefixEnd: from}
+	return sr, sr.moves(kept), nil
 }
 
 // countReuse fills r after a segment-reuse sync that kept the first kept
-// tokens (approxKept of them approximate) and moved the runs in moved,
-// counting within target only: a moved tail is the next call's prefix.
+// tokens (approxKept of them approximate; kept counts a donor's exact
+// prefix copied) and moved the runs in moved, counting within target
+// only: a moved tail is the next call's prefix.
 func countReuse(r *SyncResult, tape *Tape, target Prompt, sr segmentReuse, kept, approxKept int, moved []policy.ReuseRun) {
 	lim := min(len(tape.tokens), len(target.Tokens))
 	in := 0
@@ -123,17 +151,22 @@ func countReuse(r *SyncResult, tape *Tape, target Prompt, sr segmentReuse, kept,
 // with a nil error: the caller prefills past kept as usual.
 func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail bool, r *SyncResult) (bool, error) {
 	tape := d.tape
-	sr, ok, err := planReuse(d.env, tape, target, kept, d.env.ContextTokens, needLogits, keepTail, r)
+	sr, ok, err := planReuse(d.env, tape, target, kept, d.env.ContextTokens, needLogits, keepTail, true, r)
 	if !ok || err != nil {
 		return false, err
 	}
 	full, plan := sr.full, sr.plan
 	// Take the moved runs out before anything is removed.
-	ranges := make([]engine.Range, len(plan.Runs))
-	for i, run := range plan.Runs {
-		if ranges[i], err = d.env.Engine.ExtractRange(run.Src, run.Src+run.Len); err != nil {
+	var pieces []kvPiece
+	for _, run := range plan.Runs {
+		if run.Donor > 0 {
+			continue
+		}
+		rg, err := d.env.Engine.ExtractRange(run.Src, run.Src+run.Len)
+		if err != nil {
 			return true, EngineErr(err)
 		}
+		pieces = append(pieces, kvPiece{dst: run.Dst, r: rg})
 	}
 	approxKept := kept - tape.ExactTokens(kept)
 	n, err := d.env.Engine.Remove(kept, -1)
@@ -142,23 +175,54 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 	}
 	r.Dropped = n
 	tape.Keep(kept)
-	moved := 0 // runs in place
-	defer func() { countReuse(r, tape, target, sr, kept, approxKept, plan.Runs[:moved]) }()
-	for i, run := range plan.Runs {
-		if err := d.prefill(ctx, full, len(tape.tokens), run.Dst); err != nil {
-			return true, err
+	base := kept // the tokens kept in place (then with a donor's exact prefix)
+	var moved []policy.ReuseRun
+	defer func() { countReuse(r, tape, target, sr, base, approxKept, moved) }()
+	dc, lost, err := copyFromDonors(ctx, target.Donors, plan.Runs, sr.prefixDonor, kept, sr.prefixEnd)
+	if lost {
+		tape.Keep(0)
+		base, approxKept = 0, 0
+	}
+	if err != nil {
+		return true, err
+	}
+	tape.logitsAt = -1
+	for _, pc := range dc.prefix { // at the donor's positions: exact
+		if pc.dst != len(tape.tokens) {
+			break // a hole: the rest is prefilled
 		}
-		if err := d.env.Engine.InsertRange(ranges[i], run.Dst); err != nil {
+		if err := d.env.Engine.InsertRange(pc.r, pc.dst); err != nil {
 			return true, EngineErr(err)
 		}
-		ranges[i] = engine.Range{} // let its bytes go
-		tape.markApprox(run.Dst)
-		tape.tokens = append(tape.tokens, full.Tokens[run.Dst:run.Dst+run.Len]...)
+		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+pc.r.Count]...)
+		base = len(tape.tokens)
+	}
+	pieces = mergePieces(pieces, dc.runs)
+	for i, pc := range pieces {
+		if pc.dst < len(tape.tokens) {
+			continue // covered by what a short exact prefix left to prefill
+		}
+		if err := d.prefill(ctx, full, len(tape.tokens), pc.dst); err != nil {
+			return true, err
+		}
+		if err := d.env.Engine.InsertRange(pc.r, pc.dst); err != nil {
+			return true, EngineErr(err)
+		}
+		pieces[i] = kvPiece{} // let its bytes go
+		tape.markApprox(pc.dst)
+		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+pc.r.Count]...)
 		tape.logitsAt = -1
-		moved++
+		moved = append(moved, policy.ReuseRun{Dst: pc.dst, Len: pc.r.Count})
 	}
 	if err := d.prefill(ctx, full, len(tape.tokens), len(full.Tokens)); err != nil {
 		return true, err
 	}
 	return true, nil
+}
+
+// mergePieces merges two lists of pieces, each in order of destination.
+func mergePieces(a, b []kvPiece) []kvPiece {
+	out := append(append(make([]kvPiece, 0, len(a)+len(b)), a...), b...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].dst < out[j].dst })
+	return out
 }

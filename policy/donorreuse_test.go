@@ -1,0 +1,88 @@
+package policy
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestDonorPrefix(t *testing.T) {
+	prompt := []int32{1, 5, 6, 7, 8, 9}
+	donors := []HeldTape{
+		{Tokens: []int32{1, 5, 6, 0}, Exact: 4},       // 3 in common
+		{Tokens: []int32{1, 5, 6, 7, 8, 2}, Exact: 4}, // 5 in common, exact only for 4
+		{Tokens: []int32{1, 5, 6, 7, 8, 9}, Exact: 0}, // all approximate: none
+	}
+	if d, end := DonorPrefix(donors, prompt, 0); d != 1 || end != 4 {
+		t.Fatalf("donor %d end %d, want donor 1 to 4 (its exact part)", d, end)
+	}
+	if d, end := DonorPrefix(donors, prompt, 4); d != -1 || end != 4 {
+		t.Fatalf("kept 4: donor %d end %d, want none", d, end)
+	}
+	if d, end := DonorPrefix(nil, prompt, 2); d != -1 || end != 2 {
+		t.Fatalf("no donors: %d %d", d, end)
+	}
+}
+
+func TestMatchDonorSegments(t *testing.T) {
+	// prompt: [S'=9 9][T=3 4 5][U=6 7][V=8]; own covers U.
+	prompt := []int32{9, 9, 3, 4, 5, 6, 7, 8}
+	ps := []SpanRange{{0, 2}, {2, 5}, {5, 7}, {7, 8}}
+	own := []ReuseRun{{Src: 4, Dst: 5, Len: 2}}
+	donors := []HeldTape{
+		{Tokens: []int32{1, 8}, Spans: []SpanRange{{0, 1}, {1, 2}}},
+		{Tokens: []int32{1, 2, 3, 4, 5, 8}, Spans: []SpanRange{{0, 2}, {2, 5}, {5, 6}}},
+	}
+	got := MatchDonorSegments(donors, prompt, ps, 0, own)
+	want := []ReuseRun{{Src: 2, Dst: 2, Len: 3, Donor: 2}, {Src: 1, Dst: 7, Len: 1, Donor: 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("runs %+v, want %+v", got, want)
+	}
+	// A segment past from only; different tokens with one hash never match.
+	if got := MatchDonorSegments(donors, prompt, ps, 3, own); !reflect.DeepEqual(got, want[1:]) {
+		t.Fatalf("from 3: %+v", got)
+	}
+	if got := MatchDonorSegments([]HeldTape{{Tokens: []int32{4, 3}, Spans: []SpanRange{{0, 2}}}}, []int32{3, 4}, []SpanRange{{0, 2}}, 0, nil); len(got) != 0 {
+		t.Fatalf("different tokens matched: %+v", got)
+	}
+	// Two equal prompt segments take two equal donor segments, in order.
+	d := []HeldTape{{Tokens: []int32{7, 7, 0, 7, 7}, Spans: []SpanRange{{0, 2}, {2, 3}, {3, 5}}}}
+	got = MatchDonorSegments(d, []int32{7, 7, 7, 7}, []SpanRange{{0, 2}, {2, 4}}, 0, nil)
+	if !reflect.DeepEqual(got, []ReuseRun{{Src: 0, Dst: 0, Len: 2, Donor: 1}, {Src: 3, Dst: 2, Len: 2, Donor: 1}}) {
+		t.Fatalf("repeated segments: %+v", got)
+	}
+}
+
+func TestMergeRunsAndPlanWithDonors(t *testing.T) {
+	own := []ReuseRun{{Src: 50, Dst: 40, Len: 20}}
+	donor := []ReuseRun{{Src: 100, Dst: 5, Len: 30, Donor: 1}, {Src: 3, Dst: 60, Len: 30, Donor: 2}}
+	got := MergeRuns(own, donor, 10)
+	want := []ReuseRun{{Src: 105, Dst: 10, Len: 25, Donor: 1}, {Src: 50, Dst: 40, Len: 20}, {Src: 3, Dst: 60, Len: 30, Donor: 2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("merged %+v, want %+v", got, want)
+	}
+	// Donor runs' sources need no order; the plan keeps their donors and
+	// prefills at most new + budget.
+	in := SegmentReuseInput{Kept: 10, PromptTokens: 100, Runs: got, Cost: PrefillCost{BaseSeconds: 0.01}, LatencySeconds: 0.25 + 0.15}
+	p, err := PlanSegmentReuse(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.New != 15 || p.BudgetTokens != 25 || p.Recomputed != 25 || p.Approximate != 50 {
+		t.Fatalf("plan %+v", p)
+	}
+	for i, r := range p.Runs {
+		if r.Donor != got[i].Donor {
+			t.Fatalf("run %d lost its donor: %+v", i, p.Runs)
+		}
+	}
+	// Own runs still must keep their order in the tape.
+	bad := in
+	bad.Runs = []ReuseRun{{Src: 50, Dst: 10, Len: 5}, {Src: 40, Dst: 20, Len: 5}}
+	if _, err := PlanSegmentReuse(bad); err == nil {
+		t.Fatal("own runs out of order accepted")
+	}
+	bad.Runs = []ReuseRun{{Src: 50, Dst: 10, Len: 5, Donor: 1}, {Src: 40, Dst: 20, Len: 5, Donor: 1}}
+	if _, err := PlanSegmentReuse(bad); err != nil {
+		t.Fatalf("donor runs refused: %v", err)
+	}
+}
