@@ -146,3 +146,38 @@ func TestFakeDonorHotSet(t *testing.T) {
 	more := d.greedy(main, 1)
 	checkHotLayout(t, d, main, append(append(withBOS(sys, tools), gen...), more...))
 }
+
+// opencode's sub-agent: the same system prompt and the first tools, then
+// fewer tools (one segment that differs part-way). The common prefix with
+// the main session is copied: exactly at the same positions in a dense
+// daemon, from the main session's sealed blocks (approximate) in a hot
+// set.
+func TestFakeDonorCommonPrefix(t *testing.T) {
+	sys, tools, other := ids(1, 40, 0, 250), ids(2, 1000, 0, 250), ids(3, 100, 0, 250)
+	subTools := append(slices.Clone(tools[:700]), other...)
+	for _, hot := range []bool{false, true} {
+		cfg := sidecar.Config{ContextTokens: 2048, NoCold: true, ReuseLatency: time.Nanosecond}
+		if hot {
+			cfg = hotConfig()
+			cfg.ReuseLatency = time.Nanosecond
+		}
+		d := startFake(t, cfg, enginefake.Options{})
+		main := d.open("main")
+		d.mustEnsure(main, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools)))
+		d.mustSuffix(main)
+		sub := d.open("sub")
+		r := d.mustEnsure(sub, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, subTools)))
+		t.Logf("hot %v: %+v", hot, r)
+		switch {
+		case !hot && (r.GetReusedTokens() != 741 || r.GetApproximateTokens() != 0 || r.GetPrefilledTokens() != 100):
+			t.Fatalf("dense: %+v: want the 741-token common prefix copied exactly", r)
+		case hot && (r.GetApproximateTokens() < 600 || r.GetReusedTokens()+r.GetPrefilledTokens() != 841):
+			t.Fatalf("hot: %+v: want most of the common prefix copied from sealed blocks", r)
+		}
+		if hot {
+			checkHotLayout(t, d, sub, withBOS(sys, subTools))
+		} else if got := residentTokens(d.resident()); !slices.Equal(got, withBOS(sys, subTools)) {
+			t.Fatal("dense: the engine does not hold the sub-agent's prompt")
+		}
+	}
+}

@@ -68,6 +68,17 @@ func heldTapes(donors []Donor) []policy.HeldTape {
 	return out
 }
 
+// commonOnly are held tapes whose whole common prefix with a prompt
+// counts, exact or not (policy.DonorPrefix then finds the longest).
+func commonOnly(held []policy.HeldTape) []policy.HeldTape {
+	out := make([]policy.HeldTape, len(held))
+	for i, h := range held {
+		h.Exact = len(h.Tokens)
+		out[i] = h
+	}
+	return out
+}
+
 // donorCopy is what copyFromDonors brought: the exact prefix's pieces and
 // the donor runs' pieces at their destinations (tape indices of the new
 // prompt), in order.

@@ -108,7 +108,15 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 		full, tail = tape.withTail(target, runs[n-1].Src+runs[n-1].Len)
 		runs = append(runs, tail)
 	}
-	runs = policy.MergeRuns(runs, policy.MatchDonorSegments(held, target.Tokens, spanRanges(target.Spans), from, runs), from)
+	// What a donor holds of the prompt's prefix past that (at other
+	// positions, or approximate there) is one more run to copy.
+	segFrom := from
+	var prefixRun []policy.ReuseRun
+	if d, end := policy.DonorPrefix(commonOnly(held), target.Tokens, from); d >= 0 {
+		prefixRun, segFrom = []policy.ReuseRun{{Src: from, Dst: from, Len: end - from, Donor: d + 1}}, end
+	}
+	runs = policy.MergeRuns(runs, policy.MatchDonorSegments(held, target.Tokens, spanRanges(target.Spans), segFrom, runs), segFrom)
+	runs = append(prefixRun, runs...)
 	if (len(runs) == 0 && from == kept) || len(full.Tokens) > limit {
 		return segmentReuse{}, false, nil
 	}
