@@ -33,8 +33,9 @@ func DonorPrefix(donors []HeldTape, prompt []int32, kept int) (donor, end int) {
 	return donor, end
 }
 
-// MatchDonorSegments finds, for each segment of the prompt that starts at
-// or after from and is covered by none of own (the session's own runs,
+// MatchDonorSegments finds, for each segment of the prompt that ends
+// after from (one that starts before it is matched whole and cut at from
+// by MergeRuns) and is covered by none of own (the session's own runs,
 // MatchSegments), the first donor holding a segment with identical tokens
 // anywhere in its tape (donors in order of preference). The runs are
 // increasing in Dst and tagged with Donor = index + 1; contiguous matches
@@ -82,7 +83,7 @@ func MatchDonorSegments(donors []HeldTape, prompt []int32, promptSpans []SpanRan
 	}
 	var runs []ReuseRun
 	for _, s := range promptSpans {
-		if s.Start < from || s.End <= s.Start || s.End > len(prompt) || covered(s) {
+		if s.End <= from || s.Start < 0 || s.End <= s.Start || s.End > len(prompt) || covered(s) {
 			continue
 		}
 		want := prompt[s.Start:s.End]
@@ -127,6 +128,27 @@ func MergeRuns(own, donor []ReuseRun, from int) []ReuseRun {
 			r.Src, r.Dst, r.Len = r.Src+cut, r.Dst+cut, r.Len-cut
 		}
 		out = append(out, r)
+	}
+	return out
+}
+
+// PrefixGaps are the parts of [from, end) that no run covers, as runs of
+// donor (1-based) at the same indices: what a donor's common prefix with
+// the prompt adds to the segments matched whole.
+func PrefixGaps(runs []ReuseRun, from, end, donor int) []ReuseRun {
+	var out []ReuseRun
+	at := from
+	for _, r := range runs {
+		if r.Dst >= end {
+			break
+		}
+		if r.Dst > at {
+			out = append(out, ReuseRun{Src: at, Dst: at, Len: r.Dst - at, Donor: donor})
+		}
+		at = max(at, r.Dst+r.Len)
+	}
+	if at < end {
+		out = append(out, ReuseRun{Src: at, Dst: at, Len: end - at, Donor: donor})
 	}
 	return out
 }

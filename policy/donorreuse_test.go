@@ -37,9 +37,16 @@ func TestMatchDonorSegments(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("runs %+v, want %+v", got, want)
 	}
-	// A segment past from only; different tokens with one hash never match.
-	if got := MatchDonorSegments(donors, prompt, ps, 3, own); !reflect.DeepEqual(got, want[1:]) {
+	// A segment straddling from is matched whole (MergeRuns cuts it);
+	// one ending at from is not. Different tokens with one hash never match.
+	if got := MatchDonorSegments(donors, prompt, ps, 3, own); !reflect.DeepEqual(got, want) {
 		t.Fatalf("from 3: %+v", got)
+	}
+	if got := MatchDonorSegments(donors, prompt, ps, 5, own); !reflect.DeepEqual(got, want[1:]) {
+		t.Fatalf("from 5: %+v", got)
+	}
+	if got := MergeRuns(nil, want, 3); got[0] != (ReuseRun{Src: 3, Dst: 3, Len: 2, Donor: 2}) {
+		t.Fatalf("cut at 3: %+v", got)
 	}
 	if got := MatchDonorSegments([]HeldTape{{Tokens: []int32{4, 3}, Spans: []SpanRange{{0, 2}}}}, []int32{3, 4}, []SpanRange{{0, 2}}, 0, nil); len(got) != 0 {
 		t.Fatalf("different tokens matched: %+v", got)
@@ -84,5 +91,17 @@ func TestMergeRunsAndPlanWithDonors(t *testing.T) {
 	bad.Runs = []ReuseRun{{Src: 50, Dst: 10, Len: 5, Donor: 1}, {Src: 40, Dst: 20, Len: 5, Donor: 1}}
 	if _, err := PlanSegmentReuse(bad); err != nil {
 		t.Fatalf("donor runs refused: %v", err)
+	}
+}
+
+func TestPrefixGaps(t *testing.T) {
+	runs := []ReuseRun{{Src: 0, Dst: 10, Len: 5, Donor: 2}, {Src: 9, Dst: 20, Len: 10}}
+	got := PrefixGaps(runs, 4, 25, 1)
+	want := []ReuseRun{{Src: 4, Dst: 4, Len: 6, Donor: 1}, {Src: 15, Dst: 15, Len: 5, Donor: 1}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("gaps %+v, want %+v", got, want)
+	}
+	if got := PrefixGaps(nil, 4, 9, 3); !reflect.DeepEqual(got, []ReuseRun{{Src: 4, Dst: 4, Len: 5, Donor: 3}}) {
+		t.Fatalf("no runs: %+v", got)
 	}
 }

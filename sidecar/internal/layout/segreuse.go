@@ -102,21 +102,28 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	if kept < len(tape.tokens) {
 		runs = policy.MatchSegments(tape.tokens, spanRanges(tape.spans), target.Tokens, spanRanges(target.Spans), kept)
 	}
-	if n := len(runs); keepTail && n > 0 && runs[n-1].Dst+runs[n-1].Len == len(target.Tokens) && runs[n-1].Src+runs[n-1].Len < len(tape.tokens) {
-		// The prompt ends with a moved run: what followed it stays after it.
-		var tail policy.ReuseRun
-		full, tail = tape.withTail(target, runs[n-1].Src+runs[n-1].Len)
-		runs = append(runs, tail)
+	if keepTail {
+		// An ensure-prefix call keeps what the tape held after its last
+		// run (or after kept): the conversation, or a side request's
+		// closing instruction, that the prefill-suffix call repeating it
+		// reuses, moved behind the new prefix.
+		tailFrom := kept
+		if n := len(runs); n > 0 {
+			tailFrom = runs[n-1].Src + runs[n-1].Len
+		}
+		if tailFrom < len(tape.tokens) {
+			var tail policy.ReuseRun
+			full, tail = tape.withTail(target, tailFrom)
+			runs = append(runs, tail)
+		}
 	}
+	runs = policy.MergeRuns(runs, policy.MatchDonorSegments(held, target.Tokens, spanRanges(target.Spans), from, runs), from)
 	// What a donor holds of the prompt's prefix past that (at other
-	// positions, or approximate there) is one more run to copy.
-	segFrom := from
-	var prefixRun []policy.ReuseRun
+	// positions, or approximate there) and no segment run covers is
+	// copied too.
 	if d, end := policy.DonorPrefix(commonOnly(held), target.Tokens, from); d >= 0 {
-		prefixRun, segFrom = []policy.ReuseRun{{Src: from, Dst: from, Len: end - from, Donor: d + 1}}, end
+		runs = policy.MergeRuns(runs, policy.PrefixGaps(runs, from, end, d+1), from)
 	}
-	runs = policy.MergeRuns(runs, policy.MatchDonorSegments(held, target.Tokens, spanRanges(target.Spans), segFrom, runs), segFrom)
-	runs = append(prefixRun, runs...)
 	if (len(runs) == 0 && from == kept) || len(full.Tokens) > limit {
 		return segmentReuse{}, false, nil
 	}
