@@ -99,12 +99,12 @@ func extractFrom(ectx engine.Context, st engine.SeqState, ranges []policy.SpanRa
 		return nil, err
 	}
 	out := make([]layout.DonorPiece, 0, len(ranges))
-	for _, r := range ranges {
+	for i, r := range ranges {
 		rg, err := ectx.ExtractRange(r.Start, r.End)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, layout.DonorPiece{Src: r.Start, R: rg})
+		out = append(out, layout.DonorPiece{Range: i, Src: r.Start, R: rg})
 	}
 	return out, nil
 }

@@ -48,11 +48,11 @@ type Donor struct {
 	Copy func(ctx context.Context, ranges []policy.SpanRange) (pieces []DonorPiece, lost bool, err error)
 }
 
-// DonorPiece is a copied piece of a donor's KV: Src is its first index in
-// the donor's tape.
+// DonorPiece is a copied piece of a donor's KV: Range is the index of the
+// range asked for that it lies in, Src its first index in the donor's tape.
 type DonorPiece struct {
-	Src int
-	R   engine.Range
+	Range, Src int
+	R          engine.Range
 }
 
 // heldTapes are the donors as policy sees them.
@@ -112,8 +112,8 @@ func copyFromDonors(ctx context.Context, donors []Donor, runs []policy.ReuseRun,
 			return donorCopy{}, lost, fmt.Errorf("copying KV from session %d: %w", donors[k].ID, err)
 		}
 		for _, pc := range pieces {
-			i := sort.Search(len(ranges), func(i int) bool { return ranges[i].End > pc.Src })
-			if i == len(ranges) || pc.Src < ranges[i].Start || pc.Src+pc.R.Count > ranges[i].End || pc.R.Count <= 0 {
+			i := pc.Range
+			if i < 0 || i >= len(ranges) || pc.Src < ranges[i].Start || pc.Src+pc.R.Count > ranges[i].End || pc.R.Count <= 0 {
 				return donorCopy{}, false, fmt.Errorf("%w: session %d gave a piece [%d,+%d) outside what was asked", protocol.ErrInternal, donors[k].ID, pc.Src, pc.R.Count)
 			}
 			if dsts[i] < 0 {
@@ -155,7 +155,7 @@ func donorNote(donors []Donor, runs []policy.ReuseRun, prefixDonor, kept, prefix
 // (the recipient prefills it); a cancelled read stops the copy.
 func (h *hotSet) CopySealed(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error) {
 	var out []DonorPiece
-	for _, rg := range ranges {
+	for k, rg := range ranges {
 		i := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart >= rg.Start })
 		for ; i < len(h.blocks); i++ {
 			b := h.blocks[i]
@@ -173,7 +173,7 @@ func (h *hotSet) CopySealed(ctx context.Context, ranges []policy.SpanRange) ([]D
 				}
 				continue
 			}
-			out = append(out, DonorPiece{Src: b.vstart, R: engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}})
+			out = append(out, DonorPiece{Range: k, Src: b.vstart, R: engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}})
 		}
 	}
 	return out, false, nil
