@@ -107,9 +107,18 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 		// run (or after kept): the conversation, or a side request's
 		// closing instruction, that the prefill-suffix call repeating it
 		// reuses, moved behind the new prefix.
-		tailFrom := kept
+		tailFrom, floor := kept, 0
 		if n := len(runs); n > 0 {
 			tailFrom = runs[n-1].Src + runs[n-1].Len
+			floor = tailFrom
+		}
+		// A segment the change cut keeps all its tokens in the tail (its
+		// head stays in place too), so the next call matches it whole.
+		for _, sp := range tape.spans {
+			if sp.Start < tailFrom && tailFrom < sp.End && sp.Start >= floor {
+				tailFrom = sp.Start
+				break
+			}
 		}
 		if tailFrom < len(tape.tokens) {
 			var tail policy.ReuseRun
