@@ -10,7 +10,7 @@ import (
 )
 
 // TestEvalBoundOnRecordedRequests (stories260K): opencode's recorded
-// sub-agent session and a date change, a tools change and a synthetic
+// sub-agent session and a date change, an AGENTS.md block and a synthetic
 // sub-agent made from it: every request prefills at most new + recompute
 // budget + 1 tokens, and the recorded sub-agent, which opens a session of
 // its own, reuses most of its prompt from the main session.
@@ -24,7 +24,7 @@ func TestEvalBoundOnRecordedRequests(t *testing.T) {
 		t.Fatalf("recorded agent requests missing: %v", err)
 	}
 	code, out, errs := ctl(t, "--no-progress", "eval", "bound", "--model", testmodel.Stories(t), "--requests", dir,
-		"--sessions", "opencode_task", "--max-tools", "1", "--max-message-chars", "1000", "--perturb", "date,tools,subagent", "--json")
+		"--sessions", "opencode_task", "--max-tools", "1", "--max-message-chars", "1000", "--perturb", "date,agents,subagent", "--json")
 	if code != 0 {
 		t.Fatalf("eval bound: %d %s %s", code, out, errs)
 	}
