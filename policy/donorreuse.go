@@ -152,3 +152,26 @@ func PrefixGaps(runs []ReuseRun, from, end, donor int) []ReuseRun {
 	}
 	return out
 }
+
+// DonorWorthCopying reports whether copying saved tokens' KV from a donor
+// beats prefilling them: their prefill time (perTokenSeconds each, the
+// measured cost model) against the copy's estimated time (copySeconds: a
+// dense donor's parked state is loaded and the receiving session's saved
+// and put back, memory copies that grow with both sessions). Unknown
+// figures (zero) do not stop a copy.
+func DonorWorthCopying(saved int, perTokenSeconds, copySeconds float64) bool {
+	if saved <= 0 {
+		return false
+	}
+	return perTokenSeconds <= 0 || copySeconds <= 0 || float64(saved)*perTokenSeconds > copySeconds
+}
+
+// CopyCostEstimate updates the running estimate of a donor copy's seconds
+// per token moved with a measured one (the first measurement is taken as
+// is).
+func CopyCostEstimate(old, measured float64) float64 {
+	if old <= 0 {
+		return measured
+	}
+	return (3*old + measured) / 4
+}

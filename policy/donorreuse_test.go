@@ -105,3 +105,22 @@ func TestPrefixGaps(t *testing.T) {
 		t.Fatalf("no runs: %+v", got)
 	}
 }
+
+func TestDonorWorthCopying(t *testing.T) {
+	tests := []struct {
+		saved       int
+		perTok, cpy float64
+		want        bool
+	}{
+		{saved: 0, perTok: 0.01, cpy: 0, want: false},
+		{saved: 30, perTok: 0.01, cpy: 1.5, want: false}, // 0.3 s of prefill against 1.5 s of copying
+		{saved: 14500, perTok: 0.01, cpy: 1.5, want: true},
+		{saved: 30, perTok: 0, cpy: 1.5, want: true},  // no cost model: copy
+		{saved: 30, perTok: 0.01, cpy: 0, want: true}, // no copy estimate yet
+	}
+	for _, tc := range tests {
+		if got := DonorWorthCopying(tc.saved, tc.perTok, tc.cpy); got != tc.want {
+			t.Errorf("%+v: got %v", tc, got)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
@@ -42,6 +43,9 @@ func (srv *Server) donors(sess *session, key string, exact bool) []layout.Donor 
 		if c := s.layout.DonorCopy(); c != nil {
 			d.Copy = c
 		} else {
+			// Loading the donor's parked state, and saving and putting
+			// back this session's: memory copies of both.
+			d.CopySeconds = srv.slot.copyPerToken * float64(2*sess.tape.Len()+s.tape.Len())
 			donor, version := s, s.version
 			d.Copy = func(_ context.Context, ranges []policy.SpanRange) ([]layout.DonorPiece, bool, error) {
 				return srv.slot.copyParked(sess, donor, version, ranges)
@@ -69,6 +73,14 @@ func (s *slot) copyParked(cur, donor *session, version uint64, ranges []policy.S
 			return nil, false, fmt.Errorf("%w: range [%d,%d) outside session %d's %d tokens", protocol.ErrInternal, r.Start, r.End, donor.id, donor.tape.Len())
 		}
 	}
+	start := time.Now()
+	moved := 2*s.ectx.Used() + donor.tape.Len()
+	defer func() {
+		// A running estimate of a copy's cost per token moved.
+		if moved > 0 {
+			s.copyPerToken = policy.CopyCostEstimate(s.copyPerToken, time.Since(start).Seconds()/float64(moved))
+		}
+	}()
 	var saved engine.SeqState
 	own := s.ectx.Used() > 0
 	if own {

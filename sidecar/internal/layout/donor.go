@@ -39,6 +39,10 @@ type Donor struct {
 	// Dense: tape index i sits at position i, so a prefix copied at the
 	// same positions is exact.
 	Dense bool
+	// CopySeconds estimates what one Copy costs (0: unknown, or next to
+	// nothing): a donor whose copied tokens would prefill faster is not
+	// used (policy.DonorWorthCopying).
+	CopySeconds float64
 	// Copy copies the KV of the donor's tape ranges out as pieces, in
 	// order; a piece may cover part of a range only (the rest is
 	// prefilled). The donor is left as it was, and so are the calling
@@ -185,4 +189,27 @@ func (h *hotSet) DonorCopy() func(context.Context, []policy.SpanRange) ([]DonorP
 
 func (d *denseLayout) DonorCopy() func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
 	return nil
+}
+
+// worthCopying drops the runs of the donors whose tokens would prefill
+// faster than their copy takes (prefix: the tokens already taken from
+// prefixDonor's exact prefix).
+func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, prefixDonor, prefix int) []policy.ReuseRun {
+	saved := make([]int, len(donors))
+	for _, r := range runs {
+		if r.Donor > 0 {
+			saved[r.Donor-1] += r.Len
+		}
+	}
+	if prefixDonor >= 0 {
+		saved[prefixDonor] += prefix
+	}
+	out := runs[:0:0]
+	for _, r := range runs {
+		if r.Donor > 0 && !policy.DonorWorthCopying(saved[r.Donor-1], perToken, donors[r.Donor-1].CopySeconds) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -94,8 +94,12 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	}
 	held := heldTapes(donors)
 	prefixDonor, from := -1, kept
+	perToken := set.Cost.TurnSeconds(1, len(target.Tokens))
 	if exactPrefix {
 		prefixDonor, from = policy.DonorPrefix(held, target.Tokens, kept)
+		if prefixDonor >= 0 && !policy.DonorWorthCopying(from-kept, perToken, donors[prefixDonor].CopySeconds) {
+			prefixDonor, from = -1, kept
+		}
 	}
 	full := target
 	var runs []policy.ReuseRun
@@ -133,6 +137,7 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	if d, end := policy.DonorPrefix(commonOnly(held), target.Tokens, from); d >= 0 {
 		runs = policy.MergeRuns(runs, policy.PrefixGaps(runs, from, end, d+1), from)
 	}
+	runs = worthCopying(donors, runs, perToken, prefixDonor, from-kept)
 	if (len(runs) == 0 && from == kept) || len(full.Tokens) > limit {
 		return segmentReuse{}, false, nil
 	}
