@@ -152,8 +152,9 @@ type SegmentReusePlan struct {
 }
 
 // Validate checks the runs lie past Kept, inside the prompt, in order and
-// disjoint in the prompt; the session's own runs (Donor 0) also in order
-// and disjoint in its tape; and the cost model is usable.
+// disjoint in the prompt (their sources may lie anywhere: every layout
+// copies the runs' KV out before it changes anything), and the cost model
+// is usable.
 func (in SegmentReuseInput) Validate() error {
 	if in.Kept < 0 || in.PromptTokens < in.Kept {
 		return fmt.Errorf("%w: kept %d of a %d-token prompt", ErrInvalidReuse, in.Kept, in.PromptTokens)
@@ -161,13 +162,10 @@ func (in SegmentReuseInput) Validate() error {
 	if !nonNegativeFinite(in.Cost.BaseSeconds) || !nonNegativeFinite(in.Cost.PerContextSeconds) || math.IsNaN(in.LatencySeconds) {
 		return fmt.Errorf("%w: cost %g s + %g s per context token, latency %g s", ErrInvalidReuse, in.Cost.BaseSeconds, in.Cost.PerContextSeconds, in.LatencySeconds)
 	}
-	src, dst := 0, in.Kept
+	dst := in.Kept
 	for _, r := range in.Runs {
-		if r.Len <= 0 || r.Src < 0 || r.Donor < 0 || (r.Donor == 0 && r.Src < src) || r.Dst < dst || r.Dst+r.Len > in.PromptTokens {
-			return fmt.Errorf("%w: run %+v after src %d dst %d in a %d-token prompt", ErrInvalidReuse, r, src, dst, in.PromptTokens)
-		}
-		if r.Donor == 0 {
-			src = r.Src + r.Len
+		if r.Len <= 0 || r.Src < 0 || r.Donor < 0 || r.Dst < dst || r.Dst+r.Len > in.PromptTokens {
+			return fmt.Errorf("%w: run %+v after dst %d in a %d-token prompt", ErrInvalidReuse, r, dst, in.PromptTokens)
 		}
 		dst = r.Dst + r.Len
 	}
