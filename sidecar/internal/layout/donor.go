@@ -193,8 +193,8 @@ func (d *denseLayout) DonorCopy() func(context.Context, []policy.SpanRange) ([]D
 
 // worthCopying drops the runs of the donors whose tokens would prefill
 // faster than their copy takes (prefix: the tokens already taken from
-// prefixDonor's exact prefix).
-func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, prefixDonor, prefix int) []policy.ReuseRun {
+// prefixDonor's exact prefix) and returns how many tokens it dropped.
+func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, prefixDonor, prefix int) ([]policy.ReuseRun, int) {
 	saved := make([]int, len(donors))
 	for _, r := range runs {
 		if r.Donor > 0 {
@@ -204,12 +204,13 @@ func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, pref
 	if prefixDonor >= 0 {
 		saved[prefixDonor] += prefix
 	}
-	out := runs[:0:0]
+	out, dropped := runs[:0:0], 0
 	for _, r := range runs {
 		if r.Donor > 0 && !policy.DonorWorthCopying(saved[r.Donor-1], perToken, donors[r.Donor-1].CopySeconds) {
+			dropped += r.Len
 			continue
 		}
 		out = append(out, r)
 	}
-	return out
+	return out, dropped
 }

@@ -95,9 +95,11 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	held := heldTapes(donors)
 	prefixDonor, from := -1, kept
 	perToken := set.Cost.TurnSeconds(1, len(target.Tokens))
+	declined := 0 // tokens other sessions hold, prefilled because a copy would take longer
 	if exactPrefix {
 		prefixDonor, from = policy.DonorPrefix(held, target.Tokens, kept)
 		if prefixDonor >= 0 && !policy.DonorWorthCopying(from-kept, perToken, donors[prefixDonor].CopySeconds) {
+			declined += from - kept
 			prefixDonor, from = -1, kept
 		}
 	}
@@ -148,7 +150,16 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	if d, end := policy.DonorPrefix(commonOnly(held), target.Tokens, from); d >= 0 {
 		runs = policy.MergeRuns(runs, policy.PrefixGaps(runs, from, end, d+1), from)
 	}
-	runs = worthCopying(donors, runs, perToken, prefixDonor, from-kept)
+	var dropped int
+	runs, dropped = worthCopying(donors, runs, perToken, prefixDonor, from-kept)
+	declined += dropped
+	if declined > 0 {
+		// The policy chose to prefill them: they count as recomputed,
+		// within the budget the turn reports.
+		r.Budget += declined
+		r.Recomputed += declined
+		r.ReuseChoice = fmt.Sprintf("%d tokens other sessions hold prefilled: copying them would take longer", declined)
+	}
 	if (len(runs) == 0 && from == kept) || len(full.Tokens) > limit {
 		return segmentReuse{}, false, nil
 	}
@@ -159,8 +170,12 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	if err != nil {
 		return segmentReuse{}, false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 	}
-	r.ReuseChoice, r.Budget = plan.Choice+donorNote(donors, plan.Runs, prefixDonor, kept, from), plan.BudgetTokens
-	matchedIn := 0
+	if declined > 0 {
+		r.ReuseChoice += "; "
+	}
+	r.ReuseChoice += plan.Choice + donorNote(donors, plan.Runs, prefixDonor, kept, from)
+	r.Budget += plan.BudgetTokens
+	matchedIn := declined
 	for _, run := range runs {
 		matchedIn += max(0, min(run.Dst+run.Len, len(target.Tokens))-run.Dst)
 	}
