@@ -214,3 +214,28 @@ func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, pref
 	}
 	return out, dropped
 }
+
+// moreRuns adds to runs (the session's own segments, past from) its own
+// segments matched once more, anywhere in its tape and for a segment the
+// change cut too (an agent's "Done." reply after the generation prompt the
+// tape ended with; not for an exact turn), then the donors' segments, then
+// what a donor's common prefix with the prompt adds past from (at other
+// positions, or approximate there) that no segment run covers; last it
+// drops the runs of donors whose copy would take longer than prefilling
+// (worthCopying) and returns how many tokens it dropped.
+func moreRuns(tape *Tape, target Prompt, donors []Donor, held []policy.HeldTape, runs []policy.ReuseRun, kept, from, prefixDonor int, own bool, perToken float64) ([]policy.ReuseRun, int) {
+	spans := spanRanges(target.Spans)
+	if own && kept < len(target.Tokens) && len(tape.tokens) > 0 {
+		self := []policy.HeldTape{{Tokens: tape.tokens, Spans: spanRanges(tape.spans)}}
+		extra := policy.MatchDonorSegments(self, target.Tokens, spans, from, runs)
+		for i := range extra {
+			extra[i].Donor = 0
+		}
+		runs = policy.MergeRuns(runs, extra, from)
+	}
+	runs = policy.MergeRuns(runs, policy.MatchDonorSegments(held, target.Tokens, spans, from, runs), from)
+	if d, end := policy.DonorPrefix(commonOnly(held), target.Tokens, from); d >= 0 {
+		runs = policy.MergeRuns(runs, policy.PrefixGaps(runs, from, end, d+1), from)
+	}
+	return worthCopying(donors, runs, perToken, prefixDonor, from-kept)
+}

@@ -132,26 +132,7 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 			runs = append(runs, tail)
 		}
 	}
-	// The session's own segments once more, anywhere in its tape and for
-	// a segment the change cut too (an agent's "Done." reply after the
-	// generation prompt the tape ended with), then the donors'.
-	if keep := len(target.Tokens); kept < keep && len(tape.tokens) > 0 && mode != policy.ReuseExact {
-		own := []policy.HeldTape{{Tokens: tape.tokens, Spans: spanRanges(tape.spans)}}
-		extra := policy.MatchDonorSegments(own, target.Tokens, spanRanges(target.Spans), from, runs)
-		for i := range extra {
-			extra[i].Donor = 0
-		}
-		runs = policy.MergeRuns(runs, extra, from)
-	}
-	runs = policy.MergeRuns(runs, policy.MatchDonorSegments(held, target.Tokens, spanRanges(target.Spans), from, runs), from)
-	// What a donor holds of the prompt's prefix past that (at other
-	// positions, or approximate there) and no segment run covers is
-	// copied too.
-	if d, end := policy.DonorPrefix(commonOnly(held), target.Tokens, from); d >= 0 {
-		runs = policy.MergeRuns(runs, policy.PrefixGaps(runs, from, end, d+1), from)
-	}
-	var dropped int
-	runs, dropped = worthCopying(donors, runs, perToken, prefixDonor, from-kept)
+	runs, dropped := moreRuns(tape, target, donors, held, runs, kept, from, prefixDonor, mode != policy.ReuseExact, perToken)
 	declined += dropped
 	if declined > 0 {
 		// The policy chose to prefill them: they count as recomputed,
