@@ -2,8 +2,10 @@ package sidecar_test
 
 import (
 	"bytes"
+	"errors"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,5 +181,47 @@ func TestFakeDonorCommonPrefix(t *testing.T) {
 		} else if got := residentTokens(d.resident()); !slices.Equal(got, withBOS(sys, subTools)) {
 			t.Fatal("dense: the engine does not hold the sub-agent's prompt")
 		}
+	}
+}
+
+// A copy from a donor that fails leaves both sessions consistent: the
+// call fails, the main session's KV is untouched, and the sub-agent's
+// next call synchronises its tape and KV.
+func TestFakeDonorCopyFailureLeavesSessionsConsistent(t *testing.T) {
+	var failing atomic.Bool
+	d := startFake(t, sidecar.Config{ContextTokens: 2048, NoCold: true, ReuseLatency: time.Nanosecond}, enginefake.Options{Faults: &enginefake.Faults{
+		Extract: func(int) error {
+			if failing.Load() {
+				return errors.New("injected extract failure")
+			}
+			return nil
+		},
+	}})
+	sys, tools := ids(1, 100, 0, 250), ids(2, 400, 0, 250)
+	mainM := manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools))
+	main := d.open("main")
+	d.mustEnsure(main, mainM)
+	d.mustSuffix(main)
+	before := d.resident()
+	sub := d.open("sub")
+	sys2 := ids(7, 60, 0, 250)
+	subM := manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys2), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools))
+	// Exact: no copy yet, so the daemon has no copy cost to weigh (the
+	// fake prefills faster than any copy).
+	ensureExact(d, sub, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys2[:10])))
+	failing.Store(true)
+	if r, err := d.ensure(sub, subM); err == nil {
+		t.Fatalf("a failed copy was not reported: %+v", r)
+	}
+	failing.Store(false)
+	if r := d.mustEnsure(sub, subM); r.GetReusedTokens()+r.GetPrefilledTokens() != 461 {
+		t.Fatalf("after the failure: %+v", r)
+	}
+	if got := residentTokens(d.resident()); !slices.Equal(got, withBOS(sys2, tools)) {
+		t.Fatal("the sub-agent's KV does not hold its prompt after a failed copy")
+	}
+	d.mustEnsure(main, mainM)
+	if !bytes.Equal(d.resident().State, before.State) {
+		t.Fatal("the main session's KV changed")
 	}
 }
