@@ -127,6 +127,7 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 		return false, err
 	}
 	if pieces = mergePieces(pieces, dc.runs); len(pieces) == 0 {
+		r.Recomputed = sr.matchedIn // no KV to move: the matched tokens are prefilled
 		return false, nil
 	}
 	approxKept := kept - tape.ExactTokens(kept)

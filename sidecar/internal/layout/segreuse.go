@@ -161,6 +161,9 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 		matchedIn += max(0, min(run.Dst+run.Len, len(target.Tokens))-run.Dst)
 	}
 	sr := segmentReuse{full: full, plan: plan, matchedIn: matchedIn, prefixDonor: prefixDonor, prefixEnd: from}
+	if !sr.moves(kept) {
+		r.Recomputed = matchedIn // nothing moves: every matched token is prefilled again
+	}
 	return sr, sr.moves(kept), nil
 }
 
