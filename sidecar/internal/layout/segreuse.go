@@ -99,7 +99,8 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	if exactPrefix {
 		prefixDonor, from = policy.DonorPrefix(held, target.Tokens, kept)
 		if prefixDonor >= 0 && !policy.DonorWorthCopying(from-kept, perToken, donors[prefixDonor].CopySeconds) {
-			declined += from - kept
+			// Not worth it alone: the same tokens come back below as the
+			// donor's common prefix, weighed with its other runs.
 			prefixDonor, from = -1, kept
 		}
 	}
