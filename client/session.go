@@ -35,8 +35,9 @@ type SessionOptions struct {
 	Name string // a label for operators
 	// Manifest, when set, is ensured in the same call (see OpenSessionWith).
 	Manifest *Manifest
-	// Cold sessions never resume from a snapshot and are never snapshotted
-	// automatically: for measuring or verifying cold prefill.
+	// Cold sessions never resume from a snapshot, are never snapshotted
+	// automatically, and neither copy KV from other live sessions nor
+	// lend theirs: for measuring or verifying cold prefill.
 	Cold bool
 }
 

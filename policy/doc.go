@@ -47,7 +47,8 @@
 // orphan tape brings back), restore.go (restore or recompute: the cost
 // model), resume.go (which source a new session resumes from),
 // segreuse.go (segment reuse past an early change: matching, the plan and
-// its recompute budget),
+// its recompute budget), donorreuse.go (reuse from other live sessions:
+// their exact prefix, their equal segments, whether a copy pays),
 // sessiontokens.go (the most tokens a hot-set session holds, from the
 // arena's record sizes), sessionchoice.go (which live session an adapter's
 // one-shot request runs on, and which idle one is closed when the table

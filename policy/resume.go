@@ -151,8 +151,12 @@ func PlanResume(in ResumeInput) ResumePlan {
 			if err == nil && p.Approximate > 0 {
 				// Bring back every matched segment, so the sync sees the
 				// same runs and makes the same plan.
-				last := runs[len(runs)-1]
-				c.Upto, c.Approximate, c.Recomputed, c.Choice = last.Src+last.Len, p.Approximate, p.Recomputed, p.Choice
+				// Sources come in any order (a segment may repeat one
+				// inside the kept prefix): restore up to the furthest.
+				for _, r := range runs {
+					c.Upto = max(c.Upto, r.Src+r.Len)
+				}
+				c.Approximate, c.Recomputed, c.Choice = p.Approximate, p.Recomputed, p.Choice
 			}
 		}
 		worth, bestWorth := c.Tokens+c.Approximate, best.Tokens+best.Approximate

@@ -33,8 +33,12 @@ func TestPlanResume(t *testing.T) {
 			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 1, 100}, Upto: 750, Approximate: 600}},
 		{"an orphan tape sharing more wins", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{800}, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs}, Reuse: fast},
 			ResumePlan{ResumeChoice: ResumeChoice{ResumeArena, 0, 800}, Upto: 800}},
-		{"invalid runs are ignored", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{{{Src: 50, Dst: 200, Len: 10}}}, Reuse: fast},
+		{"invalid runs are ignored", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{{{Src: 150, Dst: 995, Len: 10}}}, Reuse: fast},
 			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 100}},
+		{"a run whose source lies in the kept prefix restores no more than the prefix", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{{{Src: 50, Dst: 200, Len: 10}}}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 100, Approximate: 10}},
+		{"sources out of order restore up to the furthest", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{{{Src: 400, Dst: 200, Len: 100}, {Src: 150, Dst: 300, Len: 50}}}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 500, Approximate: 150}},
 	} {
 		got := PlanResume(tc.in)
 		got.Choice = ""

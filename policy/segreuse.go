@@ -46,8 +46,11 @@ func ParseReuseMode(s string) (ReuseMode, error) {
 
 // ReuseRun is a run of held tokens equal to a run of the new prompt: the
 // KV of held tokens [Src, Src+Len) can serve prompt tokens [Dst, Dst+Len).
+// Donor says whose tokens: 0 the session's own tape, i > 0 the tape of
+// the i-th donor (another live session, MatchDonorSegments).
 type ReuseRun struct {
 	Src, Dst, Len int
+	Donor         int
 }
 
 // SpanRange is a segment's token range [Start, End).
@@ -149,7 +152,9 @@ type SegmentReusePlan struct {
 }
 
 // Validate checks the runs lie past Kept, inside the prompt, in order and
-// disjoint on both sides, and the cost model is usable.
+// disjoint in the prompt (their sources may lie anywhere: every layout
+// copies the runs' KV out before it changes anything), and the cost model
+// is usable.
 func (in SegmentReuseInput) Validate() error {
 	if in.Kept < 0 || in.PromptTokens < in.Kept {
 		return fmt.Errorf("%w: kept %d of a %d-token prompt", ErrInvalidReuse, in.Kept, in.PromptTokens)
@@ -157,12 +162,12 @@ func (in SegmentReuseInput) Validate() error {
 	if !nonNegativeFinite(in.Cost.BaseSeconds) || !nonNegativeFinite(in.Cost.PerContextSeconds) || math.IsNaN(in.LatencySeconds) {
 		return fmt.Errorf("%w: cost %g s + %g s per context token, latency %g s", ErrInvalidReuse, in.Cost.BaseSeconds, in.Cost.PerContextSeconds, in.LatencySeconds)
 	}
-	src, dst := in.Kept, in.Kept
+	dst := in.Kept
 	for _, r := range in.Runs {
-		if r.Len <= 0 || r.Src < src || r.Dst < dst || r.Dst+r.Len > in.PromptTokens {
-			return fmt.Errorf("%w: run %+v after src %d dst %d in a %d-token prompt", ErrInvalidReuse, r, src, dst, in.PromptTokens)
+		if r.Len <= 0 || r.Src < 0 || r.Donor < 0 || r.Dst < dst || r.Dst+r.Len > in.PromptTokens {
+			return fmt.Errorf("%w: run %+v after dst %d in a %d-token prompt", ErrInvalidReuse, r, dst, in.PromptTokens)
 		}
-		src, dst = r.Src+r.Len, r.Dst+r.Len
+		dst = r.Dst + r.Len
 	}
 	return nil
 }
@@ -224,7 +229,7 @@ func PlanSegmentReuse(in SegmentReuseInput) (SegmentReusePlan, error) {
 		if h+tail >= r.Len {
 			continue
 		}
-		p.Runs = append(p.Runs, ReuseRun{Src: r.Src + h, Dst: r.Dst + h, Len: r.Len - h - tail})
+		p.Runs = append(p.Runs, ReuseRun{Src: r.Src + h, Dst: r.Dst + h, Len: r.Len - h - tail, Donor: r.Donor})
 		p.Approximate += r.Len - h - tail
 	}
 	p.Choice = fmt.Sprintf("approximate: %d of %d matched tokens moved, %d recomputed (budget %d tokens: prefilling all would exceed the %.3g s latency target)",

@@ -97,7 +97,7 @@ func TestPlanSegmentReuseRejects(t *testing.T) {
 	bad := []SegmentReuseInput{
 		{Kept: 5, PromptTokens: 4},
 		{Kept: 0, PromptTokens: 10, Runs: []ReuseRun{{Src: 0, Dst: 5, Len: 6}}},                           // past the prompt
-		{Kept: 0, PromptTokens: 10, Runs: []ReuseRun{{Src: 4, Dst: 0, Len: 2}, {Src: 5, Dst: 3, Len: 1}}}, // overlapping sources
+		{Kept: 0, PromptTokens: 10, Runs: []ReuseRun{{Src: 4, Dst: 0, Len: 2}, {Src: 8, Dst: 1, Len: 1}}}, // overlapping destinations
 		{Kept: 2, PromptTokens: 10, Runs: []ReuseRun{{Src: 4, Dst: 1, Len: 2}}},                           // before kept
 		{Kept: 0, PromptTokens: 10, Cost: PrefillCost{BaseSeconds: -1}},
 	}

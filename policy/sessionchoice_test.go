@@ -130,3 +130,21 @@ func TestEvictSession(t *testing.T) {
 		}
 	}
 }
+
+// A sub-agent (its own key, the main conversation's system prompt and
+// tools, as opencode's task tool sends) opens a session of its own: the
+// main session stays the main conversation's, and the daemon copies the
+// shared KV across sessions instead.
+func TestChooseSessionSubAgentOpensItsOwn(t *testing.T) {
+	main := SessionCandidate{Key: "ses_main", Family: "You are opencode", Segments: []string{"sys", "tools", "turn 1"}, LastUsed: 2}
+	req := SessionRequest{Key: "ses_sub", Family: "You are opencode", Segments: []string{"sys", "tools", "sub task"}}
+	if got := ChooseSession(req, []SessionCandidate{main}); got.Index != -1 || got.How != ChosenNew {
+		t.Fatalf("sub-agent chose %+v, want a new session", got)
+	}
+	// Its next request returns to its own session.
+	sub := SessionCandidate{Key: "ses_sub", Family: "You are opencode", Segments: req.Segments, LastUsed: 3}
+	req.Segments = append(req.Segments, "tool result")
+	if got := ChooseSession(req, []SessionCandidate{main, sub}); got.Index != 1 || got.How != ChosenByKey {
+		t.Fatalf("sub-agent's next request chose %+v", got)
+	}
+}

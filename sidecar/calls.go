@@ -177,6 +177,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 			// like a stored snapshot takes its KV instead of prefilling.
 			resumed, resumedTokens = srv.resume(ctx, sess, target)
 		}
+		target.Donors = srv.donors(sess, key, target.Exact)
 		res, err = sess.layout.Sync(ctx, target, false, true, false)
 		if errors.Is(err, protocol.ErrContextOverflow) {
 			return err // nothing was touched
@@ -223,6 +224,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 			return err
 		}
 		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens), Exact: r.GetExactReuse()}
+		target.Donors = srv.donors(sess, sess.compat, target.Exact)
 		res, err = sess.layout.Sync(ctx, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.
 		base := len(stable.Tokens)

@@ -92,7 +92,9 @@
 //	           out fairly), device.go (where a model is loaded), memory.go
 //	           (MemAvailable), figures.go (throughputs measured at load)
 //	session    session.go (a session: its layout.Tape and layout.Layout),
-//	           layouts.go (a new session's layout, its Env, the segment-reuse settings), tokenize.go
+//	           layouts.go (a new session's layout, its Env, the segment-reuse settings),
+//	           donors.go (the live sessions a prompt may copy KV from; copying a
+//	           dense one's parked KV under the slot), tokenize.go
 //	           (segments to tokens), text.go (generated text as valid UTF-8),
 //	           retrieval.go (SetScorers), attention.go (which engines run
 //	           the attention scorer)

@@ -74,7 +74,7 @@ func TestFakeSegmentReuseAfterEarlyChange(t *testing.T) {
 	// reuse keeps only the exact part (BOS and the prefilled system
 	// prompt) and prefills the rest.
 	b := d.open("b")
-	d.mustEnsure(b, m2)
+	ensureExact(d, b, m2) // a cold prefill: no KV copied from a
 	d.mustSuffix(b)
 	coldState := d.resident().State
 	cold := d.greedy(b, 8)
@@ -221,5 +221,31 @@ func TestFakeSegmentReuseSnapshotKeepsApproximate(t *testing.T) {
 		if ex := d.explain(b); ex.GetApproximateTokens() != want {
 			t.Fatalf("hot %v: restored session (%+v) reports %d approximate tokens, want %d", hot, rep, ex.GetApproximateTokens(), want)
 		}
+	}
+}
+
+// A side request (Qwen Code's memory extractor) repeats a closing
+// instruction after a history that grows: the ensure-prefix call keeps
+// the instruction (moved behind the new history) so the prefill-suffix
+// call that repeats it reuses it instead of prefilling it again.
+func TestFakeSegmentReuseKeepsClosingInstruction(t *testing.T) {
+	d := segReuseDaemon(t, policy.ReuseAuto)
+	sys, m1, closing := ids(1, 100, 0, 250), ids(2, 80, 0, 250), ids(4, 300, 0, 250)
+	// Every message starts with the same marker: the new message and the
+	// old closing instruction share their first tokens.
+	m2 := append(slices.Clone(closing[:5]), ids(3, 55, 0, 250)...)
+	tail := &pb.Segment{Id: "closing", Kind: pb.SegmentKind_SEGMENT_KIND_USER_TURN, Tokens: closing}
+	a := d.open("side")
+	d.mustEnsure(a, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("m1", pb.SegmentKind_SEGMENT_KIND_USER_TURN, m1), tail))
+	d.mustSuffix(a)
+	d.greedy(a, 2)
+	m := manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("m1", pb.SegmentKind_SEGMENT_KIND_USER_TURN, m1), seg("m2", pb.SegmentKind_SEGMENT_KIND_USER_TURN, m2), tail)
+	e := d.mustEnsure(a, m)
+	s := d.mustSuffix(a)
+	if e.GetPrefilledTokens() != 55 || s.GetPrefilledTokens() > 1 || s.GetApproximateTokens() < 299 {
+		t.Fatalf("ensure %+v, suffix %+v: want only m2 past its shared marker prefilled, the closing instruction reused", e, s)
+	}
+	if got := residentTokens(d.resident()); !slices.Equal(got, withBOS(sys, m1, m2, closing)) {
+		t.Fatal("the engine does not hold the new prompt")
 	}
 }

@@ -27,6 +27,7 @@ type slot struct {
 	log             *slog.Logger
 	view            atomic.Pointer[slotView] // published for readers that never wait for the engine
 	switchCost      time.Duration            // running mean of a session switch (park + restore)
+	copyPerToken    float64                  // running mean of a donor copy's seconds per token moved (donors.go)
 	model           engine.Model
 	ectx            engine.Context
 	facts           engine.Facts

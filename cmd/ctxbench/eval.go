@@ -32,8 +32,10 @@ func cmdEval(ctx context.Context, e *cli.Env, args []string) error {
 		return evalPPL(ctx, e, args[1:])
 	case "reuse":
 		return evalReuse(ctx, e, args[1:])
+	case "bound":
+		return evalBound(ctx, e, args[1:])
 	}
-	return cli.Usage(fmt.Errorf("unknown evaluation %q (recall, ppl, scale, reuse)", args[0]))
+	return cli.Usage(fmt.Errorf("unknown evaluation %q (recall, ppl, scale, reuse, bound)", args[0]))
 }
 
 // recallResult is what eval recall reports.

@@ -21,6 +21,8 @@ commands:
   eval ppl [--tokens N] [--png F] perplexity vs position: dense, sliding, sinks+recent, ctxd
   eval reuse [--sessions opencode,qwen] [--traces F.traj]
                                  segment reuse past an early change vs exact prefill: KL, top-1, greedy, time, needle
+  eval bound [--sessions opencode,qwen] [--perturb date,agents,memory,tools,gitstatus,subagent]
+                                 per recorded request and perturbation: prefilled <= new + recompute budget
   gen-model --out FILE [--layers 24 --embd 896 --heads 14 --kv-heads 2 --ffn 4864]
                                  write a llama GGUF with random weights (benchmark shapes)
 

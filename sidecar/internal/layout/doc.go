@@ -40,9 +40,11 @@
 // Files: layout.go (Layout, Env), tape.go (Tape: private to the layout,
 // with the few methods the daemon needs; spans, prompts), dense.go,
 // segreuse.go (a dense session's reuse past an early change: unchanged
-// segments' KV moved into place), hotset.go (the hot set: Sync, Cut,
-// lifecycle), hotblock.go (a block and its residency), hotturn.go (the
-// layout at a turn's start, restored by a cut back to it), hotconfig.go,
+// segments' KV moved into place), donor.go (copying KV from other live
+// sessions: Donor, a hot set's copies of its sealed blocks), hotset.go
+// (the hot set: Sync, Cut, lifecycle), hotblock.go (a block and its
+// residency), hotturn.go (the layout at a turn's start, restored by a cut
+// back to it), hotconfig.go,
 // hotseal.go (streaming in: sealing, parking, spilling), hotevict.go
 // (eviction and compaction), hotplan.go (a turn's retrieval carried out),
 // retrieval.go (retrieval reports for explain), attention.go (the

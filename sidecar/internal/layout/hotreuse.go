@@ -47,6 +47,9 @@ func (h *hotSet) pieces(ctx context.Context, runs []policy.ReuseRun) ([]kvPiece,
 	chunk := h.env.Hot.Limits().ChunkTokens()
 	var out []kvPiece
 	for _, run := range runs {
+		if run.Donor > 0 {
+			continue // another session's: copyFromDonors
+		}
 		for off := 0; off < run.Len; {
 			v := run.Src + off
 			p, n, ok := h.enginePos(v)
@@ -107,14 +110,25 @@ func (h *hotSet) appendKV(ctx context.Context, r engine.Range, toks []engine.Tok
 // segmentSync is the hot set's segment reuse (see denseLayout's).
 func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail, retrieve bool, r *SyncResult) (bool, error) {
 	tape := h.tape
-	sr, ok, err := planReuse(h.env, tape, target, kept, h.env.SessionTokens(), needLogits, keepTail, r)
+	sr, ok, err := planReuse(h.env, tape, target, kept, h.env.SessionTokens(), needLogits, keepTail, false, r)
 	if !ok || err != nil {
 		return false, err
 	}
 	full := sr.full
+	dc, lost, err := copyFromDonors(ctx, target.Donors, sr.plan.Runs, -1, kept, kept)
+	if lost {
+		h.Reset()
+	}
+	if err != nil {
+		return true, err
+	}
 	pieces, err := h.pieces(ctx, sr.plan.Runs)
-	if err != nil || len(pieces) == 0 {
+	if err != nil {
 		return false, err
+	}
+	if pieces = mergePieces(pieces, dc.runs); len(pieces) == 0 {
+		r.Recomputed = sr.matchedIn // no KV to move: the matched tokens are prefilled
+		return false, nil
 	}
 	approxKept := kept - tape.ExactTokens(kept)
 	before := len(tape.tokens)
@@ -138,6 +152,9 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 		}
 	}
 	for i, pc := range pieces {
+		if pc.dst < len(tape.tokens) {
+			continue // overlaps what was appended (a piece of an earlier run)
+		}
 		if cur := len(tape.tokens); pc.dst > cur {
 			if err := h.AppendTokens(ctx, full.Tokens[cur:pc.dst]); err != nil {
 				return true, err

@@ -65,6 +65,10 @@ type Layout interface {
 	// Restore rebuilds the session from a snapshot (restore.go),
 	// bringing back at least the first upto tokens.
 	Restore(ctx context.Context, r Restore, upto int) error
+	// DonorCopy is how another session copies this one's KV (Donor.Copy,
+	// donor.go) without touching it; nil when only the daemon can (a dense
+	// session's KV is resident or parked by the slot).
+	DonorCopy() func(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error)
 }
 
 // Env is what a layout uses of the daemon: the loaded model's engine and

@@ -3,6 +3,7 @@ package layout
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
@@ -64,13 +65,23 @@ type segmentReuse struct {
 	plan policy.SegmentReusePlan
 	// matchedIn are the matched tokens inside target (not its moved tail).
 	matchedIn int
+	// prefixDonor is the donor whose exact prefix extends the kept one to
+	// prefixEnd (-1: none; prefixEnd is then kept).
+	prefixDonor, prefixEnd int
 }
 
+// moves reports whether the plan copies or moves anything.
+func (sr segmentReuse) moves(kept int) bool { return len(sr.plan.Runs) > 0 || sr.prefixEnd > kept }
+
 // planReuse matches target's segments past kept (where it first differs
-// from the tape) with the tape's and asks policy what to move. ok is false
-// when nothing is moved: the caller prefills past kept as usual.
-func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits, keepTail bool, r *SyncResult) (segmentReuse, bool, error) {
-	if env.Reuse == nil || kept >= len(tape.tokens) {
+// from the tape) with the tape's and, for those it does not hold, with
+// the donors' (target.Donors), and asks policy what to move. With
+// exactPrefix a dense donor's prefix equal to target's may extend kept
+// (copied at the same positions). ok is false when nothing is moved: the
+// caller prefills past kept as usual.
+func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits, keepTail, exactPrefix bool, r *SyncResult) (segmentReuse, bool, error) {
+	donors := target.Donors
+	if env.Reuse == nil || (kept >= len(tape.tokens) && len(donors) == 0) {
 		return segmentReuse{}, false, nil
 	}
 	set := env.Reuse()
@@ -78,35 +89,92 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	if target.Exact {
 		mode = policy.ReuseExact
 	}
-	full := target
-	runs := policy.MatchSegments(tape.tokens, spanRanges(tape.spans), target.Tokens, spanRanges(target.Spans), kept)
-	if n := len(runs); keepTail && n > 0 && runs[n-1].Dst+runs[n-1].Len == len(target.Tokens) && runs[n-1].Src+runs[n-1].Len < len(tape.tokens) {
-		// The prompt ends with a moved run: what followed it stays after it.
-		var tail policy.ReuseRun
-		full, tail = tape.withTail(target, runs[n-1].Src+runs[n-1].Len)
-		runs = append(runs, tail)
+	if mode == policy.ReuseExact {
+		donors = nil // an exact turn never copies another session's KV
+		if kept >= len(tape.tokens) {
+			return segmentReuse{}, false, nil
+		}
 	}
-	if len(runs) == 0 || len(full.Tokens) > limit {
+	held := heldTapes(donors)
+	prefixDonor, from := -1, kept
+	perToken := set.Cost.TurnSeconds(1, len(target.Tokens))
+	declined := 0 // tokens other sessions hold, prefilled because a copy would take longer
+	if exactPrefix {
+		prefixDonor, from = policy.DonorPrefix(held, target.Tokens, kept)
+		if prefixDonor >= 0 && !policy.DonorWorthCopying(from-kept, perToken, donors[prefixDonor].CopySeconds) {
+			// Not worth it alone: the same tokens come back below as the
+			// donor's common prefix, weighed with its other runs.
+			prefixDonor, from = -1, kept
+		}
+	}
+	full := target
+	var runs []policy.ReuseRun
+	if kept < len(tape.tokens) {
+		runs = policy.MatchSegments(tape.tokens, spanRanges(tape.spans), target.Tokens, spanRanges(target.Spans), kept)
+	}
+	if keepTail {
+		// An ensure-prefix call keeps what the tape held after its last
+		// run (or after kept): the conversation, or a side request's
+		// closing instruction, that the prefill-suffix call repeating it
+		// reuses, moved behind the new prefix.
+		tailFrom, floor := kept, 0
+		if n := len(runs); n > 0 {
+			tailFrom = runs[n-1].Src + runs[n-1].Len
+			floor = tailFrom
+		}
+		// A segment the change cut keeps all its tokens in the tail (its
+		// head stays in place too), so the next call matches it whole.
+		for _, sp := range tape.spans {
+			if sp.Start < tailFrom && tailFrom < sp.End && sp.Start >= floor {
+				tailFrom = sp.Start
+				break
+			}
+		}
+		if tailFrom < len(tape.tokens) {
+			var tail policy.ReuseRun
+			full, tail = tape.withTail(target, tailFrom)
+			runs = append(runs, tail)
+		}
+	}
+	runs, dropped := moreRuns(tape, target, donors, held, runs, kept, from, prefixDonor, mode != policy.ReuseExact, perToken)
+	declined += dropped
+	if declined > 0 {
+		// The policy chose to prefill them: they count as recomputed,
+		// within the budget the turn reports.
+		r.Budget += declined
+		r.Recomputed += declined
+		r.ReuseChoice = fmt.Sprintf("%d tokens other sessions hold prefilled: copying them would take longer", declined)
+	}
+	if (len(runs) == 0 && from == kept) || len(full.Tokens) > limit {
 		return segmentReuse{}, false, nil
 	}
 	plan, err := policy.PlanSegmentReuse(policy.SegmentReuseInput{
-		Mode: mode, Kept: kept, PromptTokens: len(full.Tokens), Runs: runs, NeedLogits: needLogits,
+		Mode: mode, Kept: from, PromptTokens: len(full.Tokens), Runs: runs, NeedLogits: needLogits,
 		Cost: set.Cost, LatencySeconds: set.LatencySeconds,
 	})
 	if err != nil {
 		return segmentReuse{}, false, fmt.Errorf("%w: %w", protocol.ErrInternal, err)
 	}
-	r.ReuseChoice, r.Budget = plan.Choice, plan.BudgetTokens
-	matchedIn := 0
+	if declined > 0 {
+		r.ReuseChoice += "; "
+	}
+	r.ReuseChoice += plan.Choice + donorNote(donors, plan.Runs, prefixDonor, kept, from)
+	r.Budget += plan.BudgetTokens
+	matchedIn := declined
 	for _, run := range runs {
 		matchedIn += max(0, min(run.Dst+run.Len, len(target.Tokens))-run.Dst)
 	}
-	return segmentReuse{full: full, plan: plan, matchedIn: matchedIn}, len(plan.Runs) > 0, nil
+	sr := segmentReuse{full: full, plan: plan, matchedIn: matchedIn, prefixDonor: prefixDonor, prefixEnd: from}
+	if !sr.moves(kept) {
+		r.Recomputed = matchedIn // nothing moves: every matched token is prefilled again
+	}
+	return sr, sr.moves(kept), nil
 }
 
 // countReuse fills r after a segment-reuse sync that kept the first kept
-// tokens (approxKept of them approximate) and moved the runs in moved,
-// counting within target only: a moved tail is the next call's prefix.
+// tokens (approxKept of them approximate; kept counts a donor's exact
+// prefix copied) and moved the runs in moved, counting within target
+// only: a moved tail is the next call's prefix.
 func countReuse(r *SyncResult, tape *Tape, target Prompt, sr segmentReuse, kept, approxKept int, moved []policy.ReuseRun) {
 	lim := min(len(tape.tokens), len(target.Tokens))
 	in := 0
@@ -126,17 +194,22 @@ func countReuse(r *SyncResult, tape *Tape, target Prompt, sr segmentReuse, kept,
 // with a nil error: the caller prefills past kept as usual.
 func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail bool, r *SyncResult) (bool, error) {
 	tape := d.tape
-	sr, ok, err := planReuse(d.env, tape, target, kept, d.env.ContextTokens, needLogits, keepTail, r)
+	sr, ok, err := planReuse(d.env, tape, target, kept, d.env.ContextTokens, needLogits, keepTail, true, r)
 	if !ok || err != nil {
 		return false, err
 	}
 	full, plan := sr.full, sr.plan
 	// Take the moved runs out before anything is removed.
-	ranges := make([]engine.Range, len(plan.Runs))
-	for i, run := range plan.Runs {
-		if ranges[i], err = d.env.Engine.ExtractRange(run.Src, run.Src+run.Len); err != nil {
+	var pieces []kvPiece
+	for _, run := range plan.Runs {
+		if run.Donor > 0 {
+			continue
+		}
+		rg, err := d.env.Engine.ExtractRange(run.Src, run.Src+run.Len)
+		if err != nil {
 			return true, EngineErr(err)
 		}
+		pieces = append(pieces, kvPiece{dst: run.Dst, r: rg})
 	}
 	approxKept := kept - tape.ExactTokens(kept)
 	n, err := d.env.Engine.Remove(kept, -1)
@@ -145,23 +218,54 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 	}
 	r.Dropped = n
 	tape.Keep(kept)
-	moved := 0 // runs in place
-	defer func() { countReuse(r, tape, target, sr, kept, approxKept, plan.Runs[:moved]) }()
-	for i, run := range plan.Runs {
-		if err := d.prefill(ctx, full, len(tape.tokens), run.Dst); err != nil {
-			return true, err
+	base := kept // the tokens kept in place (then with a donor's exact prefix)
+	var moved []policy.ReuseRun
+	defer func() { countReuse(r, tape, target, sr, base, approxKept, moved) }()
+	dc, lost, err := copyFromDonors(ctx, target.Donors, plan.Runs, sr.prefixDonor, kept, sr.prefixEnd)
+	if lost {
+		tape.Keep(0)
+		base, approxKept = 0, 0
+	}
+	if err != nil {
+		return true, err
+	}
+	tape.logitsAt = -1
+	for _, pc := range dc.prefix { // at the donor's positions: exact
+		if pc.dst != len(tape.tokens) {
+			break // a hole: the rest is prefilled
 		}
-		if err := d.env.Engine.InsertRange(ranges[i], run.Dst); err != nil {
+		if err := d.env.Engine.InsertRange(pc.r, pc.dst); err != nil {
 			return true, EngineErr(err)
 		}
-		ranges[i] = engine.Range{} // let its bytes go
-		tape.markApprox(run.Dst)
-		tape.tokens = append(tape.tokens, full.Tokens[run.Dst:run.Dst+run.Len]...)
+		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+pc.r.Count]...)
+		base = len(tape.tokens)
+	}
+	pieces = mergePieces(pieces, dc.runs)
+	for i, pc := range pieces {
+		if pc.dst < len(tape.tokens) {
+			continue // covered by what a short exact prefix left to prefill
+		}
+		if err := d.prefill(ctx, full, len(tape.tokens), pc.dst); err != nil {
+			return true, err
+		}
+		if err := d.env.Engine.InsertRange(pc.r, pc.dst); err != nil {
+			return true, EngineErr(err)
+		}
+		pieces[i] = kvPiece{} // let its bytes go
+		tape.markApprox(pc.dst)
+		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+pc.r.Count]...)
 		tape.logitsAt = -1
-		moved++
+		moved = append(moved, policy.ReuseRun{Dst: pc.dst, Len: pc.r.Count})
 	}
 	if err := d.prefill(ctx, full, len(tape.tokens), len(full.Tokens)); err != nil {
 		return true, err
 	}
 	return true, nil
+}
+
+// mergePieces merges two lists of pieces, each in order of destination.
+func mergePieces(a, b []kvPiece) []kvPiece {
+	out := append(append(make([]kvPiece, 0, len(a)+len(b)), a...), b...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].dst < out[j].dst })
+	return out
 }

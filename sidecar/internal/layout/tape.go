@@ -199,6 +199,10 @@ type Prompt struct {
 	// Exact asks for KV equal to a cold prefill: nothing approximate is
 	// kept or moved (the request asked for exact reuse).
 	Exact bool
+	// Donors are other live sessions of the same model and template whose
+	// KV the prompt may copy past its first change (donor.go); the daemon
+	// offers none to an exact prompt.
+	Donors []Donor
 }
 
 // SyncResult counts what one tape synchronisation did. Reused counts
