@@ -185,8 +185,9 @@ func TestFakeDonorCommonPrefix(t *testing.T) {
 }
 
 // A copy from a donor that fails leaves both sessions consistent: the
-// call fails, the main session's KV is untouched, and the sub-agent's
-// next call synchronises its tape and KV.
+// call prefills what the copy would have given (and says so), the main
+// session's KV is untouched, and the sub-agent's next call synchronises
+// its tape and KV.
 func TestFakeDonorCopyFailureLeavesSessionsConsistent(t *testing.T) {
 	var failing atomic.Bool
 	d := startFake(t, sidecar.Config{ContextTokens: 2048, NoCold: true, ReuseLatency: time.Nanosecond}, enginefake.Options{Faults: &enginefake.Faults{
@@ -210,8 +211,11 @@ func TestFakeDonorCopyFailureLeavesSessionsConsistent(t *testing.T) {
 	// fake prefills faster than any copy).
 	ensureExact(d, sub, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys2[:10])))
 	failing.Store(true)
-	if r, err := d.ensure(sub, subM); err == nil {
-		t.Fatalf("a failed copy was not reported: %+v", r)
+	if r, err := d.ensure(sub, subM); err != nil || !strings.Contains(r.GetReuseChoice(), "failed") {
+		t.Fatalf("a failed copy failed the call or was not reported: %+v, %v", r, err)
+	}
+	if got := residentTokens(d.resident()); !slices.Equal(got, withBOS(sys2, tools)) {
+		t.Fatal("the sub-agent's KV does not hold its prompt after a failed copy")
 	}
 	failing.Store(false)
 	if r := d.mustEnsure(sub, subM); r.GetReusedTokens()+r.GetPrefilledTokens() != 461 {

@@ -239,3 +239,15 @@ func moreRuns(tape *Tape, target Prompt, donors []Donor, held []policy.HeldTape,
 	}
 	return worthCopying(donors, runs, perToken, prefixDonor, from-kept)
 }
+
+// donorFailed records in r that copying from other sessions failed with
+// err (the receiving session intact) and returns no copies: the tokens
+// the donors would have given are prefilled instead, so a failing donor
+// costs time, never the turn.
+func donorFailed(r *SyncResult, err error) donorCopy {
+	if r.ReuseChoice != "" {
+		r.ReuseChoice += "; "
+	}
+	r.ReuseChoice += fmt.Sprintf("copying from other sessions failed (%v): prefilled instead", err)
+	return donorCopy{}
+}

@@ -120,7 +120,10 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 		h.Reset()
 	}
 	if err != nil {
-		return true, err
+		if lost || ctx.Err() != nil {
+			return true, err
+		}
+		dc = donorFailed(r, err)
 	}
 	pieces, err := h.pieces(ctx, sr.plan.Runs)
 	if err != nil {

@@ -227,7 +227,10 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		base, approxKept = 0, 0
 	}
 	if err != nil {
-		return true, err
+		if lost || ctx.Err() != nil {
+			return true, err
+		}
+		dc = donorFailed(r, err) // the copy is an optimisation: its failure costs a prefill, not the turn
 	}
 	tape.logitsAt = -1
 	for _, pc := range dc.prefix { // at the donor's positions: exact
