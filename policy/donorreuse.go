@@ -46,26 +46,14 @@ func MatchDonorSegments(donors []HeldTape, prompt []int32, promptSpans []SpanRan
 	if len(donors) == 0 {
 		return nil
 	}
-	type key struct {
-		n    int
-		hash uint64
-	}
-	hashOf := func(toks []int32) key {
-		h := uint64(14695981039346656037)
-		for _, t := range toks {
-			h ^= uint64(uint32(t))
-			h *= 1099511628211
-		}
-		return key{len(toks), h}
-	}
-	index := make([]map[key][]SpanRange, len(donors))
+	index := make([]map[segmentKey][]SpanRange, len(donors))
 	for i, d := range donors {
-		index[i] = map[key][]SpanRange{}
+		index[i] = map[segmentKey][]SpanRange{}
 		for _, s := range d.Spans {
 			if s.Start < 0 || s.End <= s.Start || s.End > len(d.Tokens) {
 				continue
 			}
-			k := hashOf(d.Tokens[s.Start:s.End])
+			k := segmentKeyOf(d.Tokens[s.Start:s.End])
 			index[i][k] = append(index[i][k], s)
 		}
 	}
@@ -87,7 +75,7 @@ func MatchDonorSegments(donors []HeldTape, prompt []int32, promptSpans []SpanRan
 			continue
 		}
 		want := prompt[s.Start:s.End]
-		k := hashOf(want)
+		k := segmentKeyOf(want)
 	donors:
 		for i, d := range donors {
 			for _, h := range index[i][k] {

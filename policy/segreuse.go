@@ -56,6 +56,22 @@ type ReuseRun struct {
 // SpanRange is a segment's token range [Start, End).
 type SpanRange struct{ Start, End int }
 
+// segmentKey identifies a segment's tokens for matching: its length and
+// an FNV-1a hash of them (a match is confirmed token by token).
+type segmentKey struct {
+	n    int
+	hash uint64
+}
+
+func segmentKeyOf(toks []int32) segmentKey {
+	h := uint64(14695981039346656037)
+	for _, t := range toks {
+		h ^= uint64(uint32(t))
+		h *= 1099511628211
+	}
+	return segmentKey{len(toks), h}
+}
+
 // MatchSegments finds, for the prompt's segments that start at or after
 // from (the first changed token), held segments with identical tokens that
 // also start at or after from, in order: the runs are increasing in both
@@ -63,24 +79,12 @@ type SpanRange struct{ Start, End int }
 // another. Each prompt segment takes the earliest unused held segment
 // equal to it; empty segments are skipped.
 func MatchSegments(held []int32, heldSpans []SpanRange, prompt []int32, promptSpans []SpanRange, from int) []ReuseRun {
-	type key struct {
-		n    int
-		hash uint64
-	}
-	hashOf := func(toks []int32) key {
-		h := uint64(14695981039346656037)
-		for _, t := range toks {
-			h ^= uint64(uint32(t))
-			h *= 1099511628211
-		}
-		return key{len(toks), h}
-	}
-	index := map[key][]SpanRange{}
+	index := map[segmentKey][]SpanRange{}
 	for _, s := range heldSpans {
 		if s.Start < from || s.End <= s.Start || s.End > len(held) {
 			continue
 		}
-		k := hashOf(held[s.Start:s.End])
+		k := segmentKeyOf(held[s.Start:s.End])
 		index[k] = append(index[k], s)
 	}
 	var runs []ReuseRun
@@ -90,7 +94,7 @@ func MatchSegments(held []int32, heldSpans []SpanRange, prompt []int32, promptSp
 			continue
 		}
 		want := prompt[s.Start:s.End]
-		for _, h := range index[hashOf(want)] {
+		for _, h := range index[segmentKeyOf(want)] {
 			if h.Start < nextSrc || !equalTokens(held[h.Start:h.End], want) {
 				continue
 			}
