@@ -311,30 +311,33 @@ func (s *Server) prepareAnthropic(ctx context.Context, h http.Header, req *antRe
 }
 
 func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
-	var req antRequest
-	if err := s.decodeBody(r, &req); err != nil {
-		writeAnthropicError(w, err)
-		return
-	}
-	t, err := s.prepareAnthropic(r.Context(), r.Header, &req)
-	if err != nil {
-		writeAnthropicError(w, err)
+	req, t, ok := s.readAnthropic(w, r)
+	if !ok {
 		return
 	}
 	s.serveTurn(w, r, t, newAnthropicDialect(t, req.StopSequences), req.Stream)
 }
 
-// anthropicCountTokens answers /v1/messages/count_tokens: the tokens the
-// request's prompt takes with the loaded model, nothing prefilled.
-func (s *Server) anthropicCountTokens(w http.ResponseWriter, r *http.Request) {
-	var req antRequest
+// readAnthropic decodes and prepares a Messages request, answering an
+// Anthropic error itself when it cannot (ok false).
+func (s *Server) readAnthropic(w http.ResponseWriter, r *http.Request) (req antRequest, t *chatTurn, ok bool) {
 	if err := s.decodeBody(r, &req); err != nil {
 		writeAnthropicError(w, err)
-		return
+		return req, nil, false
 	}
 	t, err := s.prepareAnthropic(r.Context(), r.Header, &req)
 	if err != nil {
 		writeAnthropicError(w, err)
+		return req, nil, false
+	}
+	return req, t, true
+}
+
+// anthropicCountTokens answers /v1/messages/count_tokens: the tokens the
+// request's prompt takes with the loaded model, nothing prefilled.
+func (s *Server) anthropicCountTokens(w http.ResponseWriter, r *http.Request) {
+	_, t, ok := s.readAnthropic(w, r)
+	if !ok {
 		return
 	}
 	n, err := s.backend.CountTokens(r.Context(), t.manifest)

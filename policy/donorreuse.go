@@ -1,5 +1,7 @@
 package policy
 
+import "slices"
+
 // Reuse from other live sessions (donors): a sub-agent that opens its own
 // session with its own system prompt still sends the tools array the main
 // conversation holds; a new conversation starts like one that is running.
@@ -79,7 +81,7 @@ func MatchDonorSegments(donors []HeldTape, prompt []int32, promptSpans []SpanRan
 	donors:
 		for i, d := range donors {
 			for _, h := range index[i][k] {
-				if used[i][h.Start] || !equalTokens(d.Tokens[h.Start:h.End], want) {
+				if used[i][h.Start] || !slices.Equal(d.Tokens[h.Start:h.End], want) {
 					continue
 				}
 				used[i][h.Start] = true

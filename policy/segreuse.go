@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ErrInvalidReuse reports a SegmentReuseInput that cannot be planned:
@@ -95,7 +96,7 @@ func MatchSegments(held []int32, heldSpans []SpanRange, prompt []int32, promptSp
 		}
 		want := prompt[s.Start:s.End]
 		for _, h := range index[segmentKeyOf(want)] {
-			if h.Start < nextSrc || !equalTokens(held[h.Start:h.End], want) {
+			if h.Start < nextSrc || !slices.Equal(held[h.Start:h.End], want) {
 				continue
 			}
 			if n := len(runs); n > 0 && runs[n-1].Src+runs[n-1].Len == h.Start && runs[n-1].Dst+runs[n-1].Len == s.Start {
@@ -108,18 +109,6 @@ func MatchSegments(held []int32, heldSpans []SpanRange, prompt []int32, promptSp
 		}
 	}
 	return runs
-}
-
-func equalTokens(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // SegmentReuseInput is what PlanSegmentReuse weighs.

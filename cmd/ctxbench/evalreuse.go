@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/ctxd/ctxd/internal/chat"
 	"github.com/ctxd/ctxd/internal/cli"
 	"github.com/ctxd/ctxd/internal/clientconv"
+	"github.com/ctxd/ctxd/internal/logitstat"
 	"github.com/ctxd/ctxd/sidecar"
 )
 
@@ -522,8 +522,8 @@ func runReuseCase(ctx context.Context, c *client.Client, rc reusePair, n int) (r
 	out.Tokens = len(exToks)
 	agree := 0
 	for i := range exToks {
-		p, q := softmax64(exLogits[i]), softmax64(apLogits[i])
-		d := klDiv(p, q)
+		p, q := logitstat.Softmax(exLogits[i]), logitstat.Softmax(apLogits[i])
+		d := logitstat.KL(p, q)
 		out.KLMean += d / float64(len(exToks))
 		out.KLMax = max(out.KLMax, d)
 		if argmax(exLogits[i]) == argmax(apLogits[i]) {
@@ -542,33 +542,6 @@ func runReuseCase(ctx context.Context, c *client.Client, rc reusePair, n int) (r
 	}
 	out.GreedyMatch = float64(match) / float64(len(exToks))
 	return out, nil
-}
-
-func softmax64(l []float32) []float64 {
-	m := math.Inf(-1)
-	for _, x := range l {
-		m = math.Max(m, float64(x))
-	}
-	p := make([]float64, len(l))
-	var s float64
-	for i, x := range l {
-		p[i] = math.Exp(float64(x) - m)
-		s += p[i]
-	}
-	for i := range p {
-		p[i] /= s
-	}
-	return p
-}
-
-func klDiv(p, q []float64) float64 {
-	var d float64
-	for i := range p {
-		if p[i] > 0 {
-			d += p[i] * math.Log(p[i]/math.Max(q[i], 1e-300))
-		}
-	}
-	return max(d, 0)
 }
 
 func argmax(l []float32) int {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ctxd/ctxd/engine"
+	"github.com/ctxd/ctxd/internal/logitstat"
 )
 
 // moveSegment is the dense layout's segment reuse on the engine alone:
@@ -38,33 +39,6 @@ func moveSegment(t *testing.T, c *Context, old []engine.Token, keep, from int, g
 		t.Fatal(err)
 	}
 	return append([]float32(nil), c.Logits()...)
-}
-
-func softmax(l []float32) []float64 {
-	m := math.Inf(-1)
-	for _, x := range l {
-		m = math.Max(m, float64(x))
-	}
-	p := make([]float64, len(l))
-	var s float64
-	for i, x := range l {
-		p[i] = math.Exp(float64(x) - m)
-		s += p[i]
-	}
-	for i := range p {
-		p[i] /= s
-	}
-	return p
-}
-
-func kl(p, q []float64) float64 {
-	var d float64
-	for i := range p {
-		if p[i] > 0 {
-			d += p[i] * math.Log(p[i]/math.Max(q[i], 1e-30))
-		}
-	}
-	return d
 }
 
 // TestSegmentMovedPastAChange: a segment's KV moved behind a changed
@@ -99,7 +73,7 @@ func TestSegmentMovedPastAChange(t *testing.T) {
 	if equalFloats(exact, approx) {
 		t.Fatal("moved KV gave the exact logits: the change was not attended to")
 	}
-	d := kl(softmax(exact), softmax(approx))
+	d := logitstat.KL(logitstat.Softmax(exact), logitstat.Softmax(approx))
 	if math.IsNaN(d) || d > 1 {
 		t.Fatalf("KL(exact || moved) = %g: the moved segment's KV is not where its tokens are", d)
 	}
