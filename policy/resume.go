@@ -47,6 +47,9 @@ type ResumeInput struct {
 	// segments of the target (MatchSegments from CommonTokens): what
 	// PlanResume may bring back to be moved into place.
 	SnapshotRuns [][]ReuseRun
+	// ArenaRuns are the same per orphan tape (parallel to Arena), from the
+	// segment spans recorded with its blocks.
+	ArenaRuns [][]ReuseRun
 	// Reuse says how a resume may reuse past the first change; nil:
 	// never (a layout that moves no segments, a request asking exact).
 	Reuse *ResumeReuse
@@ -108,7 +111,7 @@ func ChooseResume(in ResumeInput) ResumeChoice {
 type ResumePlan struct {
 	ResumeChoice
 	// Upto is how many tokens of the source come back: Tokens (its common
-	// prefix with the target, exact), or, for a snapshot whose unchanged
+	// prefix with the target, exact), or, for a source whose unchanged
 	// segments past the first change are worth moving, up to the end of
 	// the last of them. What lies between (the source's changed tokens)
 	// is dropped by the sync that moves the segments.
@@ -122,52 +125,72 @@ type ResumePlan struct {
 }
 
 // PlanResume is ChooseResume extended past the first change: a snapshot
-// that shares less prefix but whose later segments equal the target's is
-// worth its common prefix (exact) plus the tokens PlanSegmentReuse would
-// move (approximate), planned with Reuse's mode, cost and latency target
-// exactly as a live session's turn is. The best snapshot by that worth
-// (then by exact tokens, then the newest) is taken over ChooseResume's
-// choice when it is worth more than it and than every orphan tape, and
-// at least MinTokens. Without Reuse, in exact mode, or when no segment
-// would be moved, it is ChooseResume's choice with Upto = Tokens.
+// or an orphan tape that shares less prefix but whose later segments
+// equal the target's is worth its common prefix (exact) plus the tokens
+// PlanSegmentReuse would move (approximate), planned with Reuse's mode,
+// cost and latency target exactly as a live session's turn is. The best
+// source by that worth (then by exact tokens; on a tie an orphan tape
+// before a snapshot, as it needs no SSD read, then the newest snapshot)
+// is taken over ChooseResume's choice when it moves something, is worth
+// more than that choice, and at least MinTokens. Without Reuse, in exact
+// mode, or when no segment would be moved, it is ChooseResume's choice
+// with Upto = Tokens.
 func PlanResume(in ResumeInput) ResumePlan {
 	base := ChooseResume(in)
 	plan := ResumePlan{ResumeChoice: base, Upto: base.Tokens}
 	if in.Reuse == nil || in.Reuse.Mode == ReuseExact || in.TargetTokens < in.MinTokens {
 		return plan
 	}
-	arena := 0
-	for _, n := range in.Arena {
-		arena = max(arena, n)
-	}
 	best := ResumePlan{ResumeChoice: ResumeChoice{Source: ResumeNone, Index: -1}}
-	for i, s := range in.Snapshots {
-		kept := min(s.CommonTokens, in.TargetTokens)
-		c := ResumePlan{ResumeChoice: ResumeChoice{Source: ResumeSnapshot, Index: i, Tokens: kept}, Upto: kept}
-		if i < len(in.SnapshotRuns) && len(in.SnapshotRuns[i]) > 0 && kept < in.TargetTokens {
-			runs := in.SnapshotRuns[i]
-			p, err := PlanSegmentReuse(SegmentReuseInput{Mode: in.Reuse.Mode, Kept: kept, PromptTokens: in.TargetTokens, Runs: runs,
-				Cost: in.Reuse.Cost, LatencySeconds: in.Reuse.LatencySeconds})
-			if err == nil && p.Approximate > 0 {
-				// Bring back every matched segment, so the sync sees the
-				// same runs and makes the same plan.
-				// Sources come in any order (a segment may repeat one
-				// inside the kept prefix): restore up to the furthest.
-				for _, r := range runs {
-					c.Upto = max(c.Upto, r.Src+r.Len)
-				}
-				c.Approximate, c.Recomputed, c.Choice = p.Approximate, p.Recomputed, p.Choice
-			}
-		}
+	var bestCreated int64
+	consider := func(src ResumeSource, i, common int, runs []ReuseRun, created int64) {
+		c := planPastChange(in, src, i, common, runs)
 		worth, bestWorth := c.Tokens+c.Approximate, best.Tokens+best.Approximate
 		if best.Index < 0 || worth > bestWorth || (worth == bestWorth && (c.Tokens > best.Tokens ||
-			(c.Tokens == best.Tokens && s.Created > in.Snapshots[best.Index].Created))) {
-			best = c
+			(c.Tokens == best.Tokens && src == ResumeSnapshot && best.Source == ResumeSnapshot && created > bestCreated))) {
+			best, bestCreated = c, created
 		}
 	}
+	for i, n := range in.Arena {
+		consider(ResumeArena, i, n, runsOf(in.ArenaRuns, i), 0)
+	}
+	for i, s := range in.Snapshots {
+		consider(ResumeSnapshot, i, s.CommonTokens, runsOf(in.SnapshotRuns, i), s.Created)
+	}
 	worth := best.Tokens + best.Approximate
-	if best.Index < 0 || best.Approximate == 0 || worth < in.MinTokens || worth <= arena || worth <= base.Tokens {
+	if best.Index < 0 || best.Approximate == 0 || worth < in.MinTokens || worth <= base.Tokens {
 		return plan
 	}
 	return best
+}
+
+// runsOf is runs[i], or none.
+func runsOf(runs [][]ReuseRun, i int) []ReuseRun {
+	if i < len(runs) {
+		return runs[i]
+	}
+	return nil
+}
+
+// planPastChange is source i's plan: its common prefix, and the segments
+// past it that PlanSegmentReuse would move.
+func planPastChange(in ResumeInput, src ResumeSource, i, common int, runs []ReuseRun) ResumePlan {
+	kept := min(common, in.TargetTokens)
+	c := ResumePlan{ResumeChoice: ResumeChoice{Source: src, Index: i, Tokens: kept}, Upto: kept}
+	if len(runs) == 0 || kept >= in.TargetTokens {
+		return c
+	}
+	p, err := PlanSegmentReuse(SegmentReuseInput{Mode: in.Reuse.Mode, Kept: kept, PromptTokens: in.TargetTokens, Runs: runs,
+		Cost: in.Reuse.Cost, LatencySeconds: in.Reuse.LatencySeconds})
+	if err != nil || p.Approximate == 0 {
+		return c
+	}
+	// Bring back every matched segment, so the sync sees the same runs
+	// and makes the same plan. Sources come in any order (a segment may
+	// repeat one inside the kept prefix): restore up to the furthest.
+	for _, r := range runs {
+		c.Upto = max(c.Upto, r.Src+r.Len)
+	}
+	c.Approximate, c.Recomputed, c.Choice = p.Approximate, p.Recomputed, p.Choice
+	return c
 }

@@ -33,6 +33,17 @@ func TestPlanResume(t *testing.T) {
 			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 1, 100}, Upto: 750, Approximate: 600}},
 		{"an orphan tape sharing more wins", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{800}, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs}, Reuse: fast},
 			ResumePlan{ResumeChoice: ResumeChoice{ResumeArena, 0, 800}, Upto: 800}},
+		{"an orphan tape's segments past the change come back", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{100}, ArenaRuns: [][]ReuseRun{runs}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeArena, 0, 100}, Upto: 750, Approximate: 600}},
+		{"an orphan tape worth as much as a snapshot wins (no SSD read)", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{100}, ArenaRuns: [][]ReuseRun{runs},
+			Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeArena, 0, 100}, Upto: 750, Approximate: 600}},
+		{"a snapshot with segments beats an orphan tape's prefix alone", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{300}, ArenaRuns: [][]ReuseRun{nil},
+			Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 750, Approximate: 600}},
+		{"orphan segments in exact mode: the prefix only", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{100}, ArenaRuns: [][]ReuseRun{runs},
+			Reuse: &ResumeReuse{Mode: ReuseExact, Cost: fast.Cost, LatencySeconds: fast.LatencySeconds}},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeArena, 0, 100}, Upto: 100}},
 		{"invalid runs are ignored", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{{{Src: 150, Dst: 995, Len: 10}}}, Reuse: fast},
 			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 100}},
 		{"a run whose source lies in the kept prefix restores no more than the prefix", ResumeInput{TargetTokens: 1000, MinTokens: 64, Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{{{Src: 50, Dst: 200, Len: 10}}}, Reuse: fast},
@@ -63,11 +74,7 @@ func TestPlanResumeProperties(t *testing.T) {
 		target := 64 + r.Intn(2000)
 		in := ResumeInput{TargetTokens: target, MinTokens: 64,
 			Reuse: &ResumeReuse{Mode: ReuseAuto, Cost: PrefillCost{BaseSeconds: 1e-3}, LatencySeconds: 1e-3 * float64(r.Intn(3000))}}
-		for range r.Intn(3) {
-			in.Arena = append(in.Arena, r.Intn(target+1))
-		}
-		for range 1 + r.Intn(3) {
-			common := r.Intn(target + 1)
+		randomRuns := func(common int) []ReuseRun {
 			var runs []ReuseRun
 			src, dst := common+r.Intn(50), common+r.Intn(50)
 			for dst < target && r.Intn(4) > 0 {
@@ -78,8 +85,21 @@ func TestPlanResumeProperties(t *testing.T) {
 				runs = append(runs, ReuseRun{Src: src, Dst: dst, Len: n})
 				src, dst = src+n+r.Intn(40), dst+n+r.Intn(40)
 			}
+			return runs
+		}
+		for range r.Intn(3) {
+			common := r.Intn(target + 1)
+			in.Arena = append(in.Arena, common)
+			if r.Intn(2) == 0 {
+				in.ArenaRuns = append(in.ArenaRuns, randomRuns(common))
+			} else {
+				in.ArenaRuns = append(in.ArenaRuns, nil)
+			}
+		}
+		for range 1 + r.Intn(3) {
+			common := r.Intn(target + 1)
 			in.Snapshots = append(in.Snapshots, ResumeCandidate{common, int64(r.Intn(3))})
-			in.SnapshotRuns = append(in.SnapshotRuns, runs)
+			in.SnapshotRuns = append(in.SnapshotRuns, randomRuns(common))
 		}
 		p := PlanResume(in)
 		if p.Source == ResumeNone {
@@ -88,20 +108,20 @@ func TestPlanResumeProperties(t *testing.T) {
 		if p.Upto < p.Tokens || p.Tokens > target {
 			t.Fatalf("%+v: %+v", in, p)
 		}
+		common, runs := 0, []ReuseRun(nil)
 		if p.Source == ResumeArena {
-			if p.Approximate != 0 || p.Tokens != min(in.Arena[p.Index], target) {
-				t.Fatalf("%+v: arena %+v", in, p)
-			}
-			continue
+			common, runs = in.Arena[p.Index], in.ArenaRuns[p.Index]
+		} else {
+			common, runs = in.Snapshots[p.Index].CommonTokens, in.SnapshotRuns[p.Index]
 		}
 		if p.Approximate == 0 {
-			if p.Upto != p.Tokens || p.Tokens != min(in.Snapshots[p.Index].CommonTokens, target) {
+			if p.Upto != p.Tokens || p.Tokens != min(common, target) {
 				t.Fatalf("%+v: %+v", in, p)
 			}
 			continue
 		}
 		matched := 0
-		for _, run := range in.SnapshotRuns[p.Index] {
+		for _, run := range runs {
 			matched += run.Len
 		}
 		newTokens := target - p.Tokens - matched

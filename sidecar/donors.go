@@ -22,8 +22,9 @@ const maxDonors = 8
 // donors are the live sessions a prompt of sess may copy KV from: open,
 // not sess, built under the same compatibility key (model, template, KV
 // settings), of the same layout, holding tokens, neither opened cold; the
-// most recently used first. None for an exact prompt, in --reuse exact,
-// or for a session opened cold. The caller holds the slot token.
+// most recently used first; then the orphan tapes that lend segments
+// (orphandonors.go). None for an exact prompt, in --reuse exact, or for a
+// session opened cold. The caller holds the slot token.
 func (srv *Server) donors(sess *session, key string, exact bool) []layout.Donor {
 	if exact || srv.cfg.Reuse == policy.ReuseExact || sess.ephemeral || key == "" {
 		return nil
@@ -53,7 +54,7 @@ func (srv *Server) donors(sess *session, key string, exact bool) []layout.Donor 
 		}
 		out = append(out, d)
 	}
-	return out
+	return append(out, srv.orphanDonors(sess, key)...)
 }
 
 // copyParked copies ranges of a dense donor's parked KV (tape index i at

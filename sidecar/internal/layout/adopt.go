@@ -25,7 +25,7 @@ import (
 // the arena copies are freed. The caller holds the engine token.
 func (h *hotSet) orphanBlocks() {
 	t := h.env.Tiers
-	o := &tiers.OrphanTape{Since: time.Now()}
+	o := &tiers.OrphanTape{Since: time.Now(), Session: h.sessionID}
 	contiguous := true
 	for _, b := range h.blocks {
 		if b.res.copyTier() != tiers.Arena {
@@ -40,6 +40,8 @@ func (h *hotSet) orphanBlocks() {
 			SegID: b.segID, Pos: int32(b.pos0), NTokens: b.n})
 		o.Tokens = append(o.Tokens, h.tape.tokens[b.vstart:b.vstart+b.n]...)
 	}
+	// Its segments and approximate mark go with it (orphanspans.go).
+	o.Spans, o.ApproxFrom = wholeSpans(h.tape.spans, len(o.Tokens)), approxWithin(h.tape.approxFrom, len(o.Tokens))
 	t.KeepOrphan(o)
 }
 
@@ -64,6 +66,14 @@ func (h *hotSet) AdoptOrphan(i, upto int) (int, int, error) {
 	}
 	tape.tokens = append(tape.tokens[:0], o.Tokens...)
 	tape.spans = []Span{{Seg: policy.Segment{ID: "<resumed>", Kind: policy.KindRepoMap, Class: policy.ClassRepoMap, Stable: true}, Start: 0, End: len(o.Tokens)}}
+	if len(o.Spans) > 0 {
+		// Recorded with its blocks: the sync that follows finds the
+		// tape's unchanged segments past the first change by them.
+		tape.spans = tapeSpans(o.Spans)
+	}
+	if o.ApproxFrom >= 0 {
+		tape.markApprox(o.ApproxFrom)
+	}
 	h.tailV, h.tailP = len(tape.tokens), 0
 	// Bring back what must be hot (policy.PlanAdoption decides): sinks
 	// and pinned blocks, then the most recent blocks that fit the recent

@@ -185,6 +185,7 @@ func (h *hotSet) Sync(ctx context.Context, target Prompt, needLogits, keepTail, 
 	if err == nil && needLogits && h.tape.HasLogits() {
 		h.markTurn()
 	}
+	h.recordSpans(target.Compat) // orphanspans.go
 	return r, err
 }
 
@@ -280,6 +281,7 @@ func (h *hotSet) Release(keep bool) {
 		h.dropCopy(b)
 	}
 	h.blocks = nil
+	h.env.Tiers.DropSpans(h.sessionID) // unless an orphan tape took it
 }
 
 // OrphanPrefixes are the tokens each orphan tape shares with target.

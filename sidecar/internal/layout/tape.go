@@ -203,6 +203,11 @@ type Prompt struct {
 	// KV the prompt may copy past its first change (donor.go); the daemon
 	// offers none to an exact prompt.
 	Donors []Donor
+	// Compat is the compatibility key (model, template, KV settings) the
+	// prompt's KV is built under: a hot set records it with its parked
+	// blocks, so an orphan tape lends segments only under the same key
+	// (orphanspans.go).
+	Compat string
 }
 
 // SyncResult counts what one tape synchronisation did. Reused counts

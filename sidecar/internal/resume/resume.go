@@ -38,6 +38,9 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 		set := o.env.Reuse()
 		in.Reuse = &policy.ResumeReuse{Mode: set.Mode, Cost: set.Cost, LatencySeconds: set.LatencySeconds}
 	}
+	if in.Reuse != nil {
+		in.ArenaRuns = o.orphanRuns(target, in.Arena)
+	}
 	var snaps []*snapshot.Entry
 	if o.On() {
 		snaps = o.store.Candidates(o.env.Compat(), l.Mode())
@@ -58,16 +61,24 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 		// Blocks still in host RAM beat the SSD. The orphan may go on
 		// past target (tokens its session generated): keep only what
 		// target shares with it.
+		// Past the first change, the orphan's unchanged segments up to
+		// plan.Upto stay too: the sync moves them into place.
 		oi, on := plan.Index, plan.Tokens
-		n, blocks, err := l.AdoptOrphan(oi, on)
+		n, blocks, err := l.AdoptOrphan(oi, plan.Upto)
 		if err != nil {
 			o.log.Warn("resume from the arena failed; prefilling instead", "err", err)
 			o.clearOrReset(s)
 			return "", 0
 		}
+		choice := "resume from parked blocks still in the host-RAM arena (no SSD read, no prefill)"
+		if plan.Upto > on {
+			choice = fmt.Sprintf("%s; past the first change at token %d, unchanged segments up to token %d kept to be moved into place: %s",
+				choice, on, plan.Upto, plan.Choice)
+		}
 		s.Reported(&pb.RestoreReport{Snapshot: "arena", Tokens: int64(n), RestoredTokens: int64(n), RestoredBlocks: int64(blocks),
-			Automatic: true, Choice: "resume from parked blocks still in the host-RAM arena (no SSD read, no prefill)"})
-		o.log.Info("session resumed from the arena", "session", s.ID(), "common_tokens", on, "tokens", n)
+			Automatic: true, Choice: choice})
+		o.log.Info("session resumed from the arena", "session", s.ID(), "common_tokens", on, "segments_up_to", plan.Upto,
+			"approximate_tokens", plan.Approximate, "tokens", n)
 		return "arena", min(on, n)
 	case policy.ResumeSnapshot:
 	default:
@@ -106,6 +117,25 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 	o.log.Info("session resumed from snapshot", "session", s.ID(), "snapshot", best.Name, "common_tokens", bestN,
 		"segments_up_to", plan.Upto, "approximate_tokens", plan.Approximate, "restored_tokens", rep.RestoredTokens, "ms", rep.ElapsedUs/1000)
 	return best.Name, min(bestN, t.Len())
+}
+
+// orphanRuns are, per orphan tape (common: the tokens each shares with
+// target), its whole segments past that prefix whose tokens equal
+// segments of target, by the spans recorded with its blocks; none for a
+// tape without spans or built under another compatibility key.
+func (o *Owner) orphanRuns(target layout.Prompt, common []int) [][]policy.ReuseRun {
+	if len(common) == 0 || o.env.Tiers == nil {
+		return nil
+	}
+	orphans := o.env.Tiers.Orphans()
+	spans := layout.SpanRanges(target.Spans)
+	out := make([][]policy.ReuseRun, len(common))
+	for i, n := range common {
+		if i < len(orphans) && len(orphans[i].Spans) > 0 && orphans[i].Compat == target.Compat && n < len(target.Tokens) {
+			out[i] = policy.MatchSegments(orphans[i].Tokens, orphans[i].SpanRanges(), target.Tokens, spans, n)
+		}
+	}
+	return out
 }
 
 // clearOrReset clears s after a failed resume; a failure to clear is

@@ -23,6 +23,20 @@ type OrphanTape struct {
 	Blocks []shm.Meta
 	Tokens []engine.Token // the blocks' tokens, in order
 	Since  time.Time
+	// Session is the session whose blocks end the tape (the one that
+	// closed; its spans record describes the tape).
+	Session uint64
+	// Spans are the tape's segment spans when they were recorded with its
+	// blocks (orphanspans.go), whole segments within Tokens; nil: the tape
+	// lends no segments, only its prefix. Compat is the compatibility key
+	// they were built under.
+	Spans  []OrphanSpan
+	Compat string
+	// ApproxFrom is the first index whose KV is approximate, or -1
+	// (unknown without a record: the tape is taken as exact, as before
+	// spans were recorded).
+	ApproxFrom int
+	spansID    uint64 // the record's arena block; 0: none
 }
 
 // CollectOrphans rebuilds tapes from the arena's blocks (after a restart):
@@ -36,9 +50,17 @@ func CollectOrphans(a *shm.Arena, log *slog.Logger) (tapes []*OrphanTape, maxID,
 		}
 	}
 	bySession := map[uint64][]shm.Meta{}
+	recs := map[uint64]shm.Meta{} // spans records by session (orphanspans.go)
 	var order []uint64
 	for _, m := range a.List() { // ascending id
 		maxID, maxSession = max(maxID, m.ID), max(maxSession, m.Session)
+		if isSpansRecord(m) {
+			if old, ok := recs[m.Session]; ok {
+				drop(old.ID) // one record per session: the newest wins
+			}
+			recs[m.Session] = m
+			continue
+		}
 		if _, ok := bySession[m.Session]; !ok {
 			order = append(order, m.Session)
 		}
@@ -57,7 +79,7 @@ func CollectOrphans(a *shm.Arena, log *slog.Logger) (tapes []*OrphanTape, maxID,
 			}
 			continue
 		}
-		t := &OrphanTape{Since: time.Now()}
+		t := &OrphanTape{Since: time.Now(), Session: sid, ApproxFrom: -1}
 		var prev shm.Hash
 		if shm.ChainHash(prev, first.Tokens) != ms[0].Chain {
 			parent := (*OrphanTape)(nil)
@@ -105,5 +127,6 @@ func CollectOrphans(a *shm.Arena, log *slog.Logger) (tapes []*OrphanTape, maxID,
 			out = append(out, t)
 		}
 	}
+	attachSpans(a, out, recs, drop, log)
 	return out, maxID, maxSession
 }

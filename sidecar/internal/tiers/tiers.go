@@ -54,9 +54,10 @@ type Tiers struct {
 
 	arena      *shm.Arena // the loaded model's; nil without a hot set
 	arenaBytes int64
-	compat     coldstore.Compat // SSD keys of the loaded model's blocks
-	elemBytes  int              // the loaded KV type's byte-plane stride
-	orphans    []*OrphanTape    // parked blocks without a session, oldest first
+	compat     coldstore.Compat    // SSD keys of the loaded model's blocks
+	elemBytes  int                 // the loaded KV type's byte-plane stride
+	orphans    []*OrphanTape       // parked blocks without a session, oldest first
+	spanRecs   map[uint64]*spanRec // live sessions' spans records (orphanspans.go)
 
 	// The arena could not grow (a full filesystem): its slabs then, and
 	// their bytes, the capacity ArenaBytes reports until it grows again.
@@ -206,6 +207,7 @@ func (t *Tiers) OpenArena(dir string, bytes int64, compat string) (*OpenedArena,
 // elemBytes key and lay out its blocks in the SSD tier.
 func (t *Tiers) Attach(a *shm.Arena, arenaBytes int64, orphans []*OrphanTape, compat coldstore.Compat, elemBytes int) {
 	t.arena, t.arenaBytes, t.orphans, t.compat, t.elemBytes = a, arenaBytes, orphans, compat, elemBytes
+	t.spanRecs = nil
 	t.obs.ArenaChanged(a)
 }
 
@@ -216,7 +218,7 @@ func (t *Tiers) Detach() {
 			t.log.Warn("arena: closing", "err", err)
 		}
 	}
-	t.arena, t.arenaBytes, t.orphans = nil, 0, nil
+	t.arena, t.arenaBytes, t.orphans, t.spanRecs = nil, 0, nil, nil
 	t.noSpace.Store(false)
 	t.obs.ArenaChanged(nil)
 }
@@ -489,8 +491,11 @@ func (t *Tiers) FetchAll(ctx context.Context, keys []coldstore.Key) (<-chan Fetc
 }
 
 // KeepOrphan keeps a closing session's chain-contiguous parked blocks as
-// an orphan tape for a later session to resume.
+// an orphan tape for a later session to resume, with the session's spans
+// record rewritten to cover them (o.Session names it, o.Spans are the
+// tape's whole segments).
 func (t *Tiers) KeepOrphan(o *OrphanTape) {
+	t.keepSpans(o)
 	if len(o.Blocks) > 0 {
 		t.orphans = append(t.orphans, o)
 	}
@@ -506,6 +511,7 @@ func (t *Tiers) FreeOrphan() bool {
 	for _, m := range o.Blocks {
 		t.DropParked(m.ID)
 	}
+	t.dropOrphanSpans(o)
 	return true
 }
 
@@ -523,6 +529,7 @@ func (t *Tiers) OrphanPrefixes(target []engine.Token) []int {
 func (t *Tiers) TakeOrphan(i int) *OrphanTape {
 	o := t.orphans[i]
 	t.orphans = append(t.orphans[:i:i], t.orphans[i+1:]...)
+	t.dropOrphanSpans(o) // its blocks become the taker's, who records its own
 	return o
 }
 
