@@ -125,7 +125,9 @@ type ResumePlan struct {
 }
 
 // PlanResume is ChooseResume extended past the first change: a snapshot
-// or an orphan tape that shares less prefix but whose later segments
+// or an orphan tape (one sharing at least MinTokens of prefix: a tape
+// sharing less is left to lend its segments as a donor, to this session
+// and others) that shares less prefix but whose later segments
 // equal the target's is worth its common prefix (exact) plus the tokens
 // PlanSegmentReuse would move (approximate), planned with Reuse's mode,
 // cost and latency target exactly as a live session's turn is. The best
@@ -152,7 +154,13 @@ func PlanResume(in ResumeInput) ResumePlan {
 		}
 	}
 	for i, n := range in.Arena {
-		consider(ResumeArena, i, n, runsOf(in.ArenaRuns, i), 0)
+		// An orphan tape is adopted by its common prefix, as ever; past
+		// the change it keeps its segments only then. One sharing less
+		// stays an orphan and lends them as a donor (copied, read-only,
+		// for other sessions too).
+		if runs := runsOf(in.ArenaRuns, i); n >= in.MinTokens {
+			consider(ResumeArena, i, n, runs, 0)
+		}
 	}
 	for i, s := range in.Snapshots {
 		consider(ResumeSnapshot, i, s.CommonTokens, runsOf(in.SnapshotRuns, i), s.Created)

@@ -41,6 +41,8 @@ func TestPlanResume(t *testing.T) {
 		{"a snapshot with segments beats an orphan tape's prefix alone", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{300}, ArenaRuns: [][]ReuseRun{nil},
 			Snapshots: []ResumeCandidate{{100, 1}}, SnapshotRuns: [][]ReuseRun{runs}, Reuse: fast},
 			ResumePlan{ResumeChoice: ResumeChoice{ResumeSnapshot, 0, 100}, Upto: 750, Approximate: 600}},
+		{"an orphan tape sharing a short prefix is left to lend as a donor", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{10}, ArenaRuns: [][]ReuseRun{{{Src: 10, Dst: 20, Len: 500}}}, Reuse: fast},
+			ResumePlan{ResumeChoice: ResumeChoice{ResumeNone, 0, 0}}},
 		{"orphan segments in exact mode: the prefix only", ResumeInput{TargetTokens: 1000, MinTokens: 64, Arena: []int{100}, ArenaRuns: [][]ReuseRun{runs},
 			Reuse: &ResumeReuse{Mode: ReuseExact, Cost: fast.Cost, LatencySeconds: fast.LatencySeconds}},
 			ResumePlan{ResumeChoice: ResumeChoice{ResumeArena, 0, 100}, Upto: 100}},
@@ -111,6 +113,9 @@ func TestPlanResumeProperties(t *testing.T) {
 		common, runs := 0, []ReuseRun(nil)
 		if p.Source == ResumeArena {
 			common, runs = in.Arena[p.Index], in.ArenaRuns[p.Index]
+			if common < in.MinTokens {
+				t.Fatalf("%+v: adopted an orphan sharing %d tokens: %+v", in, common, p)
+			}
 		} else {
 			common, runs = in.Snapshots[p.Index].CommonTokens, in.SnapshotRuns[p.Index]
 		}

@@ -1,0 +1,99 @@
+package sidecar_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ctxd/ctxd/engine/enginefake"
+	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
+)
+
+// orphanPrompt is an agent's prompt: system prompt (holding the date),
+// tools, the conversation so far.
+func orphanPrompt(sys, tools, conv []int32) *pb.Manifest {
+	return manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, tools),
+		seg("conv", pb.SegmentKind_SEGMENT_KIND_USER_TURN, conv))
+}
+
+// orphanAfterRestart runs a hot-set session on sys+tools+conv, restarts
+// the daemon (the session's parked blocks stay in the arena as an orphan
+// tape, with their segment spans) and returns the restarted daemon.
+func orphanAfterRestart(t *testing.T, sys, tools, conv []int32) *fakeDaemon {
+	cfg := hotConfig()
+	cfg.ReuseLatency = time.Nanosecond // no recompute budget: every matched token is moved
+	d := startFake(t, cfg, enginefake.Options{})
+	a := d.open("a")
+	d.mustEnsure(a, orphanPrompt(sys, tools, conv))
+	d.mustSuffix(a)
+	d.greedy(a, 4)
+	return d.restart()
+}
+
+// After a restart, a new session whose system prompt's date changed early
+// (before anything could be adopted) copies the tools and the
+// conversation from the orphan tape the old session left in the arena:
+// only the changed system prompt is prefilled (new + budget, the budget
+// 0 here), the copy is reported approximate and the layout holds. An
+// exact request copies nothing.
+func TestFakeOrphanLendsSegmentsAfterRestart(t *testing.T) {
+	// Block-aligned segments (4 sinks, then 64-token blocks): a donor
+	// copies whole blocks, the rest of a run is prefilled.
+	sys, tools, conv := ids(1, 67, 0, 250), ids(2, 1024, 0, 250), ids(3, 128, 0, 250)
+	d := orphanAfterRestart(t, sys, tools, conv)
+	sys2 := slices.Clone(sys)
+	for i := 3; i < 7; i++ {
+		sys2[i]++ // the date, right after the sinks (tape index 4)
+	}
+	b := d.open("b")
+	r := d.mustEnsure(b, orphanPrompt(sys2, tools, conv))
+	t.Logf("after the restart: %+v", r)
+	// New as eval bound counts it: past the exact reuse, in no segment
+	// held (BOS and the changed system prompt).
+	exact := r.GetReusedTokens() - r.GetApproximateTokens()
+	newTokens := int64(len(withBOS(sys2))) - exact
+	if r.GetResumedSnapshot() != "" || r.GetApproximateTokens() != 1152 || r.GetPrefilledTokens() != newTokens ||
+		r.GetPrefilledTokens() > newTokens+r.GetRecomputeBudgetTokens() {
+		t.Fatalf("%+v: want the tools and the conversation (1152 tokens) copied from the orphan tape, %d prefilled", r, newTokens)
+	}
+	if !strings.Contains(r.GetReuseChoice(), "copied from session") {
+		t.Fatalf("reuse choice %q does not name the orphan tape's session", r.GetReuseChoice())
+	}
+	checkHotLayout(t, d, b, withBOS(sys2, tools, conv))
+	d.mustSuffix(b)
+	d.greedy(b, 3)
+
+	// An exact request copies nothing (its prefix is too short to adopt).
+	e := d.open("exact")
+	sys3 := slices.Clone(sys)
+	sys3[2]++
+	if r := ensureExact(d, e, orphanPrompt(sys3, tools, conv)); r.GetApproximateTokens() != 0 || r.GetPrefilledTokens() != int64(len(withBOS(sys3, tools, conv))) {
+		t.Fatalf("exact request: %+v: want nothing copied", r)
+	}
+}
+
+// When the change comes late enough for the new session to adopt the
+// orphan tape's common prefix, the tape's unchanged segments past the
+// change are kept too (the resume plans them as for a snapshot) and moved
+// into place: only the changed block is prefilled.
+func TestFakeOrphanAdoptedPastTheChange(t *testing.T) {
+	sys, tools, conv := ids(1, 195, 0, 250), ids(2, 1024, 0, 250), ids(3, 128, 0, 250)
+	d := orphanAfterRestart(t, sys, tools, conv)
+	sys2 := slices.Clone(sys)
+	for i := 131; i < 135; i++ {
+		sys2[i]++ // the date, at tape index 132: a block boundary
+	}
+	b := d.open("b")
+	r := d.mustEnsure(b, orphanPrompt(sys2, tools, conv))
+	t.Logf("adopted: %+v", r)
+	if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 1152 || r.GetPrefilledTokens() != 64 || r.GetReusedTokens() != 132+1152 {
+		t.Fatalf("%+v: want the prefix adopted (132), the tools and conversation (1152) moved, 64 prefilled", r)
+	}
+	if ex := d.explain(b); !strings.Contains(ex.GetRestore().GetChoice(), "unchanged segments") {
+		t.Fatalf("restore report %q does not say segments were kept", ex.GetRestore().GetChoice())
+	}
+	checkHotLayout(t, d, b, withBOS(sys2, tools, conv))
+	d.mustSuffix(b)
+	d.greedy(b, 3)
+}
