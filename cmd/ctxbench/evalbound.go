@@ -23,7 +23,10 @@ import (
 // perturbations of each session's last main request (a date, an AGENTS.md
 // block, a memory file, the tools array, git status in the system
 // prompt; each followed by the original request again) and a synthetic
-// sub-agent (its own session, its own system prompt, the same tools).
+// sub-agent (its own session, its own system prompt, the same tools);
+// optionally (closed) the session closes and a new one sends the request
+// with its date changed, what a hot set's orphan tape then lends counted
+// as held.
 // Per request: prompt tokens; new tokens, a reference computed by the
 // bench: the tokens past the exact reuse that lie in no segment whose text
 // a live session held; prefilled; the recompute budget; exact,
@@ -70,7 +73,7 @@ func evalBound(ctx context.Context, e *cli.Env, args []string) error {
 	model := fs.String("model", defaultModel(), "model")
 	dir := fs.String("requests", envOr("CTXD_AGENT_REQUESTS", "../shared/agent-requests"), "recorded agent sessions")
 	sessions := fs.String("sessions", "opencode,opencode_task,opencode_tools,qwen,qwen_tools", "recorded sessions, comma-separated")
-	perts := fs.String("perturb", "date,agents,memory,tools,gitstatus,subagent", "perturbations of each session's last main request")
+	perts := fs.String("perturb", "date,agents,memory,tools,gitstatus,subagent", "perturbations of each session's last main request (and closed: the session closes, a new one sends it with the date changed)")
 	maxChars := fs.Int("max-message-chars", 0, "cut every message to this many characters (0: whole)")
 	maxTools := fs.Int("max-tools", 0, "keep each request's first N tools (0: all)")
 	latency := fs.Duration("reuse-latency", time.Nanosecond, "the daemon's --reuse-latency (1ns: no recompute budget, the strictest bound)")
@@ -89,6 +92,7 @@ func evalBound(ctx context.Context, e *cli.Env, args []string) error {
 		source, key string
 		msgs        []chat.Message
 		tools       []chat.Tool
+		closeKey    string // the session closed before this request is sent
 	}
 	var reqs []request
 	longest := 0
@@ -120,6 +124,15 @@ func evalBound(ctx context.Context, e *cli.Env, args []string) error {
 					}
 				}
 				reqs = append(reqs, request{source: name + "/subagent", key: name + "|subagent", msgs: sub, tools: last.tools})
+				continue
+			}
+			if p == "closed" {
+				// The session closes (its hot set's parked blocks stay
+				// as an orphan tape), then a new session sends the
+				// request with the date changed.
+				if m2, t2, ok := perturb("date", last.msgs, last.tools); ok {
+					reqs = append(reqs, request{source: name + "/closed-date", key: name + "|closed", msgs: m2, tools: t2, closeKey: last.key})
+				}
 				continue
 			}
 			m2, t2, ok := perturbMore(p, last.msgs, last.tools)
@@ -156,18 +169,30 @@ func evalBound(ctx context.Context, e *cli.Env, args []string) error {
 	}
 	defer done()
 	live := map[string]*boundSession{}
+	var orphaned [][]string // closed sessions' segment texts: a hot set's orphan tapes hold them
+	opened := 0
 	bar := e.NewProgress("eval bound", int64(len(reqs)), "requests")
 	for i, rq := range reqs {
+		if cs := live[rq.closeKey]; rq.closeKey != "" && cs != nil {
+			if err := cs.s.Close(ctx); err != nil {
+				return fmt.Errorf("%s: closing: %w", rq.source, err)
+			}
+			delete(live, rq.closeKey)
+			if *hot {
+				orphaned = append(orphaned, cs.segs)
+			}
+		}
 		bs := live[rq.key]
 		if bs == nil {
 			s, err := c.OpenSession(ctx, "bound-"+rq.source)
 			if err != nil {
 				return err
 			}
-			bs = &boundSession{name: fmt.Sprintf("s%d", len(live)+1), s: s}
+			opened++
+			bs = &boundSession{name: fmt.Sprintf("s%d", opened), s: s}
 			live[rq.key] = bs
 		}
-		row, err := boundRequest(ctx, bs, live, manifests[i])
+		row, err := boundRequest(ctx, bs, live, orphaned, manifests[i])
 		bar.Add(1)
 		if err != nil {
 			bar.Clear()
@@ -205,10 +230,15 @@ func evalBound(ctx context.Context, e *cli.Env, args []string) error {
 
 // boundRequest synchronises bs to m, measures it against the reference and
 // decodes one token (the agent's reply starts).
-func boundRequest(ctx context.Context, bs *boundSession, live map[string]*boundSession, m client.Manifest) (boundRow, error) {
+func boundRequest(ctx context.Context, bs *boundSession, live map[string]*boundSession, orphaned [][]string, m client.Manifest) (boundRow, error) {
 	held := map[string]bool{}
 	for _, o := range live {
 		for _, t := range o.segs {
+			held[t] = true
+		}
+	}
+	for _, segs := range orphaned {
+		for _, t := range segs {
 			held[t] = true
 		}
 	}
