@@ -171,7 +171,7 @@ func (srv *Server) ensurePrefix(ctx context.Context, connID uint64, r *pb.Ensure
 		if err != nil {
 			return err
 		}
-		target.Exact, target.Compat = r.GetExactReuse(), key
+		target.Exact, target.Compat = r.GetExactReuse(), lendKey(sess, key)
 		if sess.tape.Len() == 0 {
 			// Cross-session resume: an empty session whose prompt starts
 			// like a stored snapshot takes its KV instead of prefilling.
@@ -223,7 +223,7 @@ func (srv *Server) prefillSuffix(ctx context.Context, connID uint64, r *pb.Prefi
 		if err != nil {
 			return err
 		}
-		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens), Exact: r.GetExactReuse(), Compat: sess.compat}
+		target := layout.Prompt{Tokens: append(stable.Tokens, suffix.Tokens...), Spans: append(stable.Spans, suffix.Spans...), Turn: len(stable.Tokens), Exact: r.GetExactReuse(), Compat: lendKey(sess, sess.compat)}
 		target.Donors = srv.donors(sess, sess.compat, target.Exact)
 		res, err = sess.layout.Sync(ctx, target, true, false, true)
 		// Report the suffix part only: EnsurePrefix reported the prefix.

@@ -13,3 +13,13 @@ func (srv *Server) orphanDonors(sess *session, key string) []layout.Donor {
 	}
 	return layout.OrphanDonors(srv.tiers, key)
 }
+
+// lendKey is the compatibility key sess's parked blocks are recorded
+// under (layout.Prompt.Compat): none for a session opened cold, whose
+// blocks never lend to another session.
+func lendKey(sess *session, key string) string {
+	if sess.ephemeral {
+		return ""
+	}
+	return key
+}

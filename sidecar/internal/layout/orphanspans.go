@@ -28,8 +28,9 @@ func (h *hotSet) arenaPrefix() (int, shm.Hash) {
 }
 
 // recordSpans records the segments the session's parked blocks cover,
-// under compat (the prompt's compatibility key). Sessions with no arena,
-// no parked block or no whole segment in them record nothing.
+// under compat (the prompt's compatibility key; empty: the session lends
+// nothing, e.g. one opened cold). Sessions with no arena, no parked block
+// or no whole segment in them record nothing.
 func (h *hotSet) recordSpans(compat string) {
 	t := h.env.Tiers
 	if !t.HasArena() {
@@ -37,7 +38,7 @@ func (h *hotSet) recordSpans(compat string) {
 	}
 	end, chain := h.arenaPrefix()
 	spans := wholeSpans(h.tape.spans, end)
-	if end == 0 || len(spans) == 0 {
+	if end == 0 || len(spans) == 0 || compat == "" {
 		t.DropSpans(h.sessionID)
 		return
 	}

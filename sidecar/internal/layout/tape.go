@@ -206,7 +206,8 @@ type Prompt struct {
 	// Compat is the compatibility key (model, template, KV settings) the
 	// prompt's KV is built under: a hot set records it with its parked
 	// blocks, so an orphan tape lends segments only under the same key
-	// (orphanspans.go).
+	// (orphanspans.go); empty: its blocks lend none (a session opened
+	// cold).
 	Compat string
 }
 

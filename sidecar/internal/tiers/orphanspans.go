@@ -258,8 +258,9 @@ func (t *Tiers) DropSpans(session uint64) {
 
 // keepSpans hands session's spans record to orphan tape o, rewritten to
 // cover o (the blocks a closing session leaves may be fewer than the
-// record covered); without a record, or without spans, o lends no
-// segments.
+// record covered). Without a record (the session never recorded one, or
+// asked for none) o lends no segments; when the record cannot be
+// rewritten o keeps its spans for this run only.
 func (t *Tiers) keepSpans(o *OrphanTape) {
 	rec := t.spanRecs[o.Session]
 	delete(t.spanRecs, o.Session)
@@ -270,18 +271,18 @@ func (t *Tiers) keepSpans(o *OrphanTape) {
 		o.Spans = nil
 		return
 	}
+	o.Compat = rec.compat
 	r := SpansRecord{Compat: rec.compat, Covered: len(o.Tokens), Chain: o.Blocks[len(o.Blocks)-1].Chain, ApproxFrom: o.ApproxFrom, Spans: o.Spans}
 	b, err := EncodeSpansRecord(r)
 	if err == nil && spansChain(b) != rec.sum {
 		err = t.arena.Put(shm.Block{ID: rec.id, Session: o.Session, Chain: spansChain(b), Kind: SpansRecordKind, SegID: spansSegID, KV: b})
 	}
 	if err != nil {
-		t.log.Debug("arena: orphan tape's spans not recorded", "session", o.Session, "err", err)
+		t.log.Debug("arena: orphan tape's spans not recorded (kept until a restart)", "session", o.Session, "err", err)
 		t.DropParked(rec.id)
-		o.Spans = nil
 		return
 	}
-	o.Compat, o.spansID = rec.compat, rec.id
+	o.spansID = rec.id
 }
 
 // attachSpans gives each rebuilt orphan tape the spans record of the
