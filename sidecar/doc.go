@@ -94,7 +94,9 @@
 //	session    session.go (a session: its layout.Tape and layout.Layout),
 //	           layouts.go (a new session's layout, its Env, the segment-reuse settings),
 //	           donors.go (the live sessions a prompt may copy KV from; copying a
-//	           dense one's parked KV under the slot), tokenize.go
+//	           dense one's parked KV under the slot), orphandonors.go (the
+//	           orphan tapes it may copy segments from; the key a session's
+//	           parked blocks are recorded under), tokenize.go
 //	           (segments to tokens), text.go (generated text as valid UTF-8),
 //	           retrieval.go (SetScorers), attention.go (which engines run
 //	           the attention scorer)

@@ -16,8 +16,10 @@
 // (the loaded model's SSD key, the measured figures, the segment-reuse
 // settings) comes in an Env.
 //
-// Decisions are policy's: policy.ChooseResume picks the source (and, past
-// the first change, the unchanged segments worth bringing back),
+// Decisions are policy's: policy.PlanResume picks the source (and, past
+// the first change, the unchanged segments worth bringing back: a
+// snapshot's by its index, an orphan tape's by the spans recorded with
+// its blocks),
 // policy.PlanRestore what a dense restore reads and what it prefills; the
 // layout carries a restore out; package snapshot owns the stored format,
 // the index and commits.

@@ -16,6 +16,9 @@
 //     quota's collection) until its owner drops it.
 //   - A full arena frees orphan tapes, oldest first, before Park gives up
 //     and lets the caller choose a victim to spill.
+//   - A spans record is used only when it decodes and names a block of
+//     its tape (its end and chain hash); any other is freed at load, and
+//     a record never costs a parked block (a full arena skips it).
 //   - Every SSD-tier blob is an envelope of parts (blob.go); the
 //     envelope is the only record of how its bytes were laid out for
 //     compression, and DecodeBlob returns the engine's bytes exactly.
@@ -26,5 +29,7 @@
 //
 // Files: tiers.go (Tiers: open, attach, park, fetch, spill, drop),
 // blob.go (the SSD blob envelope, content keys, compat, error mapping),
-// orphan.go (orphan tapes), observer.go (fetch phases and the Observer).
+// orphan.go (orphan tapes), orphanspans.go (the segment spans recorded
+// with a session's parked blocks, one arena record per session, checked
+// against the tape at load), observer.go (fetch phases and the Observer).
 package tiers
