@@ -39,11 +39,12 @@ func DonorPrefix(donors []HeldTape, prompt []int32, kept int) (donor, end int) {
 // after from (one that starts before it is matched whole and cut at from
 // by MergeRuns) and is covered by none of own (the session's own runs,
 // MatchSegments), the first donor holding a segment with identical tokens
-// anywhere in its tape (donors in order of preference). The runs are
-// increasing in Dst and tagged with Donor = index + 1; contiguous matches
-// of one donor that are contiguous in its tape too merge into one run.
-// Within one donor a segment takes the earliest of its equal segments
-// not used yet.
+// anywhere in its tape (donors in order of preference), unless the donor
+// of the run just before holds it right after that run: then that run
+// goes on. The runs are increasing in Dst and tagged with Donor = index +
+// 1; contiguous matches of one donor that are contiguous in its tape too
+// merge into one run. Within one donor a segment takes the earliest of
+// its equal segments not used yet.
 func MatchDonorSegments(donors []HeldTape, prompt []int32, promptSpans []SpanRange, from int, own []ReuseRun) []ReuseRun {
 	if len(donors) == 0 {
 		return nil
@@ -78,6 +79,18 @@ func MatchDonorSegments(donors []HeldTape, prompt []int32, promptSpans []SpanRan
 		}
 		want := prompt[s.Start:s.End]
 		k := segmentKeyOf(want)
+		// The donor of the run just before, when it holds this segment
+		// right after that run's source, continues it: one run, not two
+		// from different donors (a hot set copies whole blocks, so every
+		// run boundary costs the partial blocks around it).
+		if n := len(runs); n > 0 && runs[n-1].Dst+runs[n-1].Len == s.Start {
+			i, next := runs[n-1].Donor-1, runs[n-1].Src+runs[n-1].Len
+			if h, ok := findSpan(index[i][k], next); ok && !used[i][h.Start] && slices.Equal(donors[i].Tokens[h.Start:h.End], want) {
+				used[i][h.Start] = true
+				runs[n-1].Len += s.End - s.Start
+				continue
+			}
+		}
 	donors:
 		for i, d := range donors {
 			for _, h := range index[i][k] {
@@ -95,6 +108,16 @@ func MatchDonorSegments(donors []HeldTape, prompt []int32, promptSpans []SpanRan
 		}
 	}
 	return runs
+}
+
+// findSpan is the span of spans starting at start.
+func findSpan(spans []SpanRange, start int) (SpanRange, bool) {
+	for _, h := range spans {
+		if h.Start == start {
+			return h, true
+		}
+	}
+	return SpanRange{}, false
 }
 
 // MergeRuns merges own and donor runs (each increasing in Dst and

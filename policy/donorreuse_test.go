@@ -59,6 +59,28 @@ func TestMatchDonorSegments(t *testing.T) {
 	}
 }
 
+// A run goes on with its donor when that donor holds the next segment
+// right after it, even if an earlier donor holds it too: one run, not
+// two (a hot set copies whole blocks, so each boundary costs some).
+func TestMatchDonorSegmentsContinuesARun(t *testing.T) {
+	prompt := []int32{1, 2, 3, 4, 5, 6}
+	ps := []SpanRange{{0, 2}, {2, 4}, {4, 6}}
+	donors := []HeldTape{
+		{Tokens: []int32{3, 4}, Spans: []SpanRange{{0, 2}}},                                        // holds the middle segment only
+		{Tokens: []int32{9, 1, 2, 3, 4, 5, 6}, Spans: []SpanRange{{0, 1}, {1, 3}, {3, 5}, {5, 7}}}, // holds all three, contiguous
+	}
+	got := MatchDonorSegments(donors, prompt, ps, 0, nil)
+	if want := []ReuseRun{{Src: 1, Dst: 0, Len: 6, Donor: 2}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("runs %+v, want %+v", got, want)
+	}
+	// Not contiguous in the second donor: the first donor's copy wins.
+	donors[1] = HeldTape{Tokens: []int32{1, 2, 0, 3, 4, 5, 6}, Spans: []SpanRange{{0, 2}, {2, 3}, {3, 5}, {5, 7}}}
+	got = MatchDonorSegments(donors, prompt, ps, 0, nil)
+	if want := []ReuseRun{{Src: 0, Dst: 0, Len: 2, Donor: 2}, {Src: 0, Dst: 2, Len: 2, Donor: 1}, {Src: 5, Dst: 4, Len: 2, Donor: 2}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("runs %+v, want %+v", got, want)
+	}
+}
+
 func TestMergeRunsAndPlanWithDonors(t *testing.T) {
 	own := []ReuseRun{{Src: 50, Dst: 40, Len: 20}}
 	donor := []ReuseRun{{Src: 100, Dst: 5, Len: 30, Donor: 1}, {Src: 3, Dst: 60, Len: 30, Donor: 2}}
