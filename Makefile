@@ -131,7 +131,8 @@ test-fake: headers
 	$(GO) test -count=1 ./engine/ ./engine/enginefake/ ./sidecar/internal/... ./internal/layering/
 
 # fuzz runs every fuzz target for FUZZTIME each, one after another (CI
-# calls it): the chat-template sandbox and the HTTP request decoders. A
+# calls it): the chat-template sandbox, the HTTP request decoders and
+# the orphan tapes' spans records read back from the arena. A
 # failing input is written under the package's testdata/fuzz and fails the
 # run. FUZZ_PARALLEL bounds the workers (default: every core).
 FUZZTIME ?= 20s
@@ -139,7 +140,8 @@ FUZZ_PARALLEL ?= 0
 FUZZ_TARGETS := ./third_party/jinja:FuzzRender \
 	./httpapi:FuzzOpenAIChatRequest ./httpapi:FuzzOpenAICompletionRequest \
 	./httpapi:FuzzOllamaChatRequest ./httpapi:FuzzOllamaGenerateRequest \
-	./httpapi:FuzzAnthropicRequest ./httpapi:FuzzResponsesRequest
+	./httpapi:FuzzAnthropicRequest ./httpapi:FuzzResponsesRequest \
+	./sidecar/internal/tiers:FuzzDecodeSpansRecord
 fuzz: headers
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \

@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"bytes"
 	"errors"
 	"hash/crc32"
 	"io"
@@ -237,4 +238,29 @@ func TestDecodeSpansRecordFailsClosed(t *testing.T) {
 	if _, err := EncodeSpansRecord(SpansRecord{Covered: 10, Spans: []OrphanSpan{{Start: 5, End: 20, Kind: policy.KindTools}}}); !errors.Is(err, ErrBadSpansRecord) {
 		t.Fatalf("encoding a span past what is covered: %v", err)
 	}
+}
+
+// FuzzDecodeSpansRecord: any bytes decode to a well-formed record that
+// encodes back to the same bytes, or fail with ErrBadSpansRecord; never a
+// panic.
+func FuzzDecodeSpansRecord(f *testing.F) {
+	good, err := EncodeSpansRecord(SpansRecord{Compat: spansCompat, Covered: 300, ApproxFrom: 5, Spans: testSpans})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(spansMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := DecodeSpansRecord(b)
+		if err != nil {
+			if !errors.Is(err, ErrBadSpansRecord) {
+				t.Fatalf("unwrapped error %v", err)
+			}
+			return
+		}
+		again, err := EncodeSpansRecord(r)
+		if err != nil || !bytes.Equal(again, b) {
+			t.Fatalf("a decoded record does not encode back: %v", err)
+		}
+	})
 }
