@@ -19,8 +19,9 @@ func orphanPrompt(sys, tools, conv []int32) *pb.Manifest {
 
 // orphanAfterRestart runs a hot-set session on sys+tools+conv, restarts
 // the daemon (the session's parked blocks stay in the arena as an orphan
-// tape, with their segment spans) and returns the restarted daemon.
-func orphanAfterRestart(t *testing.T, sys, tools, conv []int32) *fakeDaemon {
+// tape, with their segment spans) and returns the restarted daemon; with
+// restart false the session only closes.
+func orphanAfterRestart(t *testing.T, sys, tools, conv []int32, restart bool) *fakeDaemon {
 	cfg := hotConfig()
 	cfg.ReuseLatency = time.Nanosecond // no recompute budget: every matched token is moved
 	d := startFake(t, cfg, enginefake.Options{})
@@ -28,20 +29,31 @@ func orphanAfterRestart(t *testing.T, sys, tools, conv []int32) *fakeDaemon {
 	d.mustEnsure(a, orphanPrompt(sys, tools, conv))
 	d.mustSuffix(a)
 	d.greedy(a, 4)
+	if !restart {
+		d.closeSession(a)
+		return d
+	}
 	return d.restart()
 }
 
-// After a restart, a new session whose system prompt's date changed early
-// (before anything could be adopted) copies the tools and the
-// conversation from the orphan tape the old session left in the arena:
+// After a restart (or the session's close), a new session whose system
+// prompt's date changed early (before anything could be adopted) copies
+// the tools and the conversation from the orphan tape the old session
+// left in the arena:
 // only the changed system prompt is prefilled (new + budget, the budget
 // 0 here), the copy is reported approximate and the layout holds. An
 // exact request copies nothing.
 func TestFakeOrphanLendsSegmentsAfterRestart(t *testing.T) {
+	for _, restart := range []bool{true, false} {
+		t.Run(map[bool]string{true: "restart", false: "closed"}[restart], func(t *testing.T) { orphanLends(t, restart) })
+	}
+}
+
+func orphanLends(t *testing.T, restart bool) {
 	// Block-aligned segments (4 sinks, then 64-token blocks): a donor
 	// copies whole blocks, the rest of a run is prefilled.
 	sys, tools, conv := ids(1, 67, 0, 250), ids(2, 1024, 0, 250), ids(3, 128, 0, 250)
-	d := orphanAfterRestart(t, sys, tools, conv)
+	d := orphanAfterRestart(t, sys, tools, conv, restart)
 	sys2 := slices.Clone(sys)
 	for i := 3; i < 7; i++ {
 		sys2[i]++ // the date, right after the sinks (tape index 4)
@@ -79,7 +91,7 @@ func TestFakeOrphanLendsSegmentsAfterRestart(t *testing.T) {
 // into place: only the changed block is prefilled.
 func TestFakeOrphanAdoptedPastTheChange(t *testing.T) {
 	sys, tools, conv := ids(1, 195, 0, 250), ids(2, 1024, 0, 250), ids(3, 128, 0, 250)
-	d := orphanAfterRestart(t, sys, tools, conv)
+	d := orphanAfterRestart(t, sys, tools, conv, true)
 	sys2 := slices.Clone(sys)
 	for i := 131; i < 135; i++ {
 		sys2[i]++ // the date, at tape index 132: a block boundary
