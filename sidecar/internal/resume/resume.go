@@ -60,9 +60,9 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 	case policy.ResumeArena:
 		// Blocks still in host RAM beat the SSD. The orphan may go on
 		// past target (tokens its session generated): keep only what
-		// target shares with it.
-		// Past the first change, the orphan's unchanged segments up to
-		// plan.Upto stay too: the sync moves them into place.
+		// target shares with it, its common prefix and, past the first
+		// change, its unchanged segments up to plan.Upto, which the sync
+		// moves into place.
 		oi, on := plan.Index, plan.Tokens
 		n, blocks, err := l.AdoptOrphan(oi, plan.Upto)
 		if err != nil {
