@@ -1,11 +1,13 @@
 package tiers
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"slices"
 
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/shm"
@@ -287,28 +289,54 @@ func (t *Tiers) keepSpans(o *OrphanTape) {
 
 // attachSpans gives each rebuilt orphan tape the spans record of the
 // session whose blocks end it, when that record decodes and fits the tape
-// (it covers a block boundary of the tape whose chain hash it names);
-// every other record is freed.
+// (it covers a block boundary of the tape whose chain hash it names); a
+// tape left without one takes any other record that fits it (a session
+// that adopted the tape and closed before sealing a block of its own
+// recorded under its own id). Every record no tape takes is freed.
 func attachSpans(a *shm.Arena, tapes []*OrphanTape, recs map[uint64]shm.Meta, drop func(uint64), log *slog.Logger) {
-	for _, t := range tapes {
-		m, ok := recs[t.Session]
-		if !ok {
-			continue
-		}
-		delete(recs, t.Session)
+	read := map[uint64]SpansRecord{} // decoded records that are well formed
+	for sid, m := range recs {
 		r, err := readSpansRecord(a, m.ID)
-		if err == nil {
-			err = fitsTape(r, t)
-		}
 		if err != nil {
-			log.Warn("arena: an orphan tape's segment spans dropped; it is still resumed by its prefix", "session", t.Session, "err", err)
+			log.Warn("arena: a spans record dropped; its orphan tape is still resumed by its prefix", "session", sid, "err", err)
 			drop(m.ID)
+			delete(recs, sid)
 			continue
 		}
-		t.Spans, t.Compat, t.ApproxFrom, t.spansID = r.Spans, r.Compat, r.ApproxFrom, m.ID
+		read[sid] = r
 	}
-	for _, m := range recs {
-		drop(m.ID)
+	take := func(t *OrphanTape, sid uint64) bool {
+		r, ok := read[sid]
+		if !ok || fitsTape(r, t) != nil {
+			return false
+		}
+		t.Spans, t.Compat, t.ApproxFrom, t.spansID = r.Spans, r.Compat, r.ApproxFrom, recs[sid].ID
+		delete(read, sid)
+		return true
+	}
+	var left []*OrphanTape
+	for _, t := range tapes {
+		if !take(t, t.Session) {
+			left = append(left, t)
+		}
+	}
+	if len(left) > 0 {
+		sids := make([]uint64, 0, len(read))
+		for sid := range read {
+			sids = append(sids, sid)
+		}
+		slices.SortFunc(sids, func(x, y uint64) int { return cmp.Compare(recs[y].ID, recs[x].ID) }) // newest first
+		for _, t := range left {
+			for _, sid := range sids {
+				if take(t, sid) {
+					break
+				}
+			}
+		}
+	}
+	for sid, r := range read {
+		log.Warn("arena: a spans record fits no orphan tape; dropped", "session", sid, "covered", r.Covered)
+		drop(recs[sid].ID)
 	}
 }
 

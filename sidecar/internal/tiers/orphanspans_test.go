@@ -124,6 +124,24 @@ func TestOrphanSpansSurviveARestart(t *testing.T) {
 	}
 }
 
+// A session that adopted an orphan tape and closed before sealing a block
+// of its own recorded its spans under its own id, while the tape's blocks
+// carry the first session's: the record still finds its tape by the
+// chain hash it names.
+func TestOrphanSpansFoundByChain(t *testing.T) {
+	dir := t.TempDir()
+	toks := testTokens(324)
+	tr, _ := openTiers(t, dir)
+	var next uint64
+	metas := parkTape(t, tr, 7, &next, toks)
+	tr.RecordSpans(9, func() uint64 { next++; return next }, SpansRecord{Compat: spansCompat, Covered: 260, Chain: metas[4].Chain, ApproxFrom: -1, Spans: testSpans[:2]})
+	tr.Detach()
+	_, op := openTiers(t, dir)
+	if len(op.Orphans) != 1 || len(op.Orphans[0].Spans) != 2 || op.Orphans[0].Session != 7 {
+		t.Fatalf("orphans %+v: want session 7's tape with session 9's spans", op.Orphans)
+	}
+}
+
 // A record that is corrupt, hostile (well formed, but naming blocks the
 // tape does not hold, or spans past them), of another version, or
 // duplicated is dropped at load: the orphan tape stays, without spans,
