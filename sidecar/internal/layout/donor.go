@@ -54,9 +54,24 @@ type Donor struct {
 
 // DonorPiece is a copied piece of a donor's KV: Range is the index of the
 // range asked for that it lies in, Src its first index in the donor's tape.
+// N > 0: R is a whole block of which only the tokens [Lo, Lo+N) are the
+// piece (the recipient trims it). Prefill: N tokens from Src the donor
+// chose not to copy (a block read back for a few of its tokens costs more
+// than prefilling them, policy.PartialBlockWorthCopying): R is empty, the
+// recipient prefills them within its budget.
 type DonorPiece struct {
 	Range, Src int
 	R          engine.Range
+	Lo, N      int
+	Prefill    bool
+}
+
+// count is how many of the donor's tokens the piece stands for.
+func (pc DonorPiece) count() int {
+	if pc.N > 0 || pc.Prefill {
+		return pc.N
+	}
+	return pc.R.Count
 }
 
 // heldTapes are the donors as policy sees them.
@@ -85,10 +100,12 @@ func commonOnly(held []policy.HeldTape) []policy.HeldTape {
 
 // donorCopy is what copyFromDonors brought: the exact prefix's pieces and
 // the donor runs' pieces at their destinations (tape indices of the new
-// prompt), in order.
+// prompt), in order, and how many tokens the donors chose not to copy
+// (prefilled, within the budget).
 type donorCopy struct {
-	prefix []kvPiece
-	runs   []kvPiece
+	prefix   []kvPiece
+	runs     []kvPiece
+	declined int
 }
 
 // copyFromDonors copies the donor runs of runs (Donor > 0) and the exact
@@ -116,14 +133,24 @@ func copyFromDonors(ctx context.Context, donors []Donor, runs []policy.ReuseRun,
 			return donorCopy{}, lost, fmt.Errorf("copying KV from session %d: %w", donors[k].ID, err)
 		}
 		for _, pc := range pieces {
-			i := pc.Range
-			if i < 0 || i >= len(ranges) || pc.Src < ranges[i].Start || pc.Src+pc.R.Count > ranges[i].End || pc.R.Count <= 0 {
-				return donorCopy{}, false, fmt.Errorf("%w: session %d gave a piece [%d,+%d) outside what was asked", protocol.ErrInternal, donors[k].ID, pc.Src, pc.R.Count)
+			i, n := pc.Range, pc.count()
+			if i < 0 || i >= len(ranges) || pc.Src < ranges[i].Start || pc.Src+n > ranges[i].End || n <= 0 ||
+				(!pc.Prefill && (pc.R.Count <= 0 || pc.Lo < 0 || pc.Lo+n > pc.R.Count)) {
+				return donorCopy{}, false, fmt.Errorf("%w: session %d gave a piece [%d,+%d) outside what was asked", protocol.ErrInternal, donors[k].ID, pc.Src, n)
 			}
-			if dsts[i] < 0 {
-				out.prefix = append(out.prefix, kvPiece{dst: pc.Src, r: pc.R})
+			if pc.Prefill {
+				out.declined += n
+				continue
+			}
+			kp := kvPiece{dst: pc.Src, r: pc.R}
+			if pc.N > 0 {
+				kp.lo, kp.n = pc.Lo, pc.N
+			}
+			if dsts[i] >= 0 {
+				kp.dst = dsts[i] + pc.Src - ranges[i].Start
+				out.runs = append(out.runs, kp)
 			} else {
-				out.runs = append(out.runs, kvPiece{dst: dsts[i] + pc.Src - ranges[i].Start, r: pc.R})
+				out.prefix = append(out.prefix, kp)
 			}
 		}
 	}
@@ -152,23 +179,32 @@ func donorNote(donors []Donor, runs []policy.ReuseRun, prefixDonor, kept, prefix
 	return s
 }
 
-// CopySealed is a hot set's Donor.Copy: the sealed blocks lying wholly
-// inside the ranges, read from their copies in the arena or the SSD tier
-// (read-only: the donor's blocks, residency and engine are left as they
-// are). A block without a copy, or whose copy cannot be read, is left out
-// (the recipient prefills it); a cancelled read stops the copy.
+// CopySealed is a hot set's Donor.Copy: the sealed blocks the ranges
+// cover, read from their copies in the arena or the SSD tier (read-only:
+// the donor's blocks, residency and engine are left as they are). A block
+// only partly inside a range is the part inside (a whole block to trim),
+// or, when prefilling that part is cheaper (policy), a piece to prefill.
+// A block without a copy, or whose copy cannot be read, is left out (the
+// recipient prefills it); a cancelled read stops the copy.
 func (h *hotSet) CopySealed(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error) {
 	var out []DonorPiece
 	for k, rg := range ranges {
-		i := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart >= rg.Start })
-		for ; i < len(h.blocks); i++ {
+		i := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart+h.blocks[i].n > rg.Start })
+		for ; i < len(h.blocks) && h.blocks[i].vstart < rg.End; i++ {
 			b := h.blocks[i]
-			if b.vstart+b.n > rg.End {
-				break
-			}
 			where := b.res.copyTier()
 			if b.n == 0 || where == tiers.None {
 				continue
+			}
+			lo, hi := max(rg.Start, b.vstart)-b.vstart, min(rg.End, b.vstart+b.n)-b.vstart
+			pc := DonorPiece{Range: k, Src: b.vstart + lo}
+			if hi-lo < b.n {
+				pc.Lo, pc.N = lo, hi-lo
+				if !partWorthCopying(h.env, hi-lo, b.n) {
+					pc.Prefill = true
+					out = append(out, pc)
+					continue
+				}
 			}
 			kv, err := h.env.Tiers.Fetch(ctx, where, b.id, b.ssdKey, nil)
 			if err != nil {
@@ -177,7 +213,8 @@ func (h *hotSet) CopySealed(ctx context.Context, ranges []policy.SpanRange) ([]D
 				}
 				continue
 			}
-			out = append(out, DonorPiece{Range: k, Src: b.vstart, R: engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}})
+			pc.R = engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}
+			out = append(out, pc)
 		}
 	}
 	return out, false, nil

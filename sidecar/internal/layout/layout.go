@@ -38,9 +38,10 @@ type Layout interface {
 	// AppendTokens decodes toks after the tape.
 	AppendTokens(ctx context.Context, toks []engine.Token) error
 	// Cut drops the tape and its KV from tape index n on (a hot set keeps
-	// less: up to the start of the block n falls in, or, cut back to
-	// where its last turn started, restores that turn's layout) and
-	// returns the length kept.
+	// less only when the block n falls in has no KV left anywhere, or
+	// policy finds it cheaper to prefill its part again: up to the start
+	// of that block; cut back to where its last turn started, it restores
+	// that turn's layout) and returns the length kept.
 	Cut(ctx context.Context, n int) (int, error)
 	// Clear empties the session in the engine and the tiers.
 	Clear() error
@@ -109,6 +110,10 @@ type ReuseSettings struct {
 	Mode           policy.ReuseMode
 	Cost           policy.PrefillCost
 	LatencySeconds float64
+	// CopySecondsPerToken is the measured time to copy one token's KV
+	// (0: not measured yet): what bringing a whole block back to keep
+	// part of it costs (policy.PartialBlockWorthCopying).
+	CopySecondsPerToken float64
 }
 
 // Counters count what hot sets do (the daemon's metrics).

@@ -232,15 +232,17 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		}
 		dc = donorFailed(r, err) // the copy is an optimisation: its failure costs a prefill, not the turn
 	}
+	r.Budget += dc.declined
 	tape.logitsAt = -1
 	for _, pc := range dc.prefix { // at the donor's positions: exact
 		if pc.dst != len(tape.tokens) {
 			break // a hole: the rest is prefilled
 		}
-		if err := d.env.Engine.InsertRange(pc.r, pc.dst); err != nil {
+		lo, n := pc.want()
+		if err := insertPart(d.env.Engine, pc.r, lo, n, pc.dst); err != nil {
 			return true, EngineErr(err)
 		}
-		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+pc.r.Count]...)
+		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+n]...)
 		base = len(tape.tokens)
 	}
 	pieces = mergePieces(pieces, dc.runs)
@@ -251,14 +253,15 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		if err := d.prefill(ctx, full, len(tape.tokens), pc.dst); err != nil {
 			return true, err
 		}
-		if err := d.env.Engine.InsertRange(pc.r, pc.dst); err != nil {
+		lo, n := pc.want()
+		if err := insertPart(d.env.Engine, pc.r, lo, n, pc.dst); err != nil {
 			return true, EngineErr(err)
 		}
 		pieces[i] = kvPiece{} // let its bytes go
 		tape.markApprox(pc.dst)
-		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+pc.r.Count]...)
+		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+n]...)
 		tape.logitsAt = -1
-		moved = append(moved, policy.ReuseRun{Dst: pc.dst, Len: pc.r.Count})
+		moved = append(moved, policy.ReuseRun{Dst: pc.dst, Len: n})
 	}
 	if err := d.prefill(ctx, full, len(tape.tokens), len(full.Tokens)); err != nil {
 		return true, err
