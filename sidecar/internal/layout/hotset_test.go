@@ -197,4 +197,3 @@ func TestCancelledSSDAdmissionKeepsBlocksSpilled(t *testing.T) {
 		t.Fatalf("the next turn admitted %d blocks, %d of them from the SSD tier", x.count.admitted-admitted, fromSSD)
 	}
 }
-

@@ -155,7 +155,9 @@ func TestHotSetCutIntoALostBlockRoundsDown(t *testing.T) {
 func TestHotSetMovedRunBringsPartialParkedBlocks(t *testing.T) {
 	x := newTestHotSet(t, 1<<20)
 	ctx := context.Background()
-	x.h.env.Reuse = func() ReuseSettings { return ReuseSettings{Mode: policy.ReuseAuto, Cost: policy.PrefillCost{BaseSeconds: 1e-3}, LatencySeconds: 1e-9} }
+	x.h.env.Reuse = func() ReuseSettings {
+		return ReuseSettings{Mode: policy.ReuseAuto, Cost: policy.PrefillCost{BaseSeconds: 1e-3}, LatencySeconds: 1e-9}
+	}
 	head := randomTokens(5, 30)
 	body := randomTokens(6, 1500)
 	seg := func(toks ...[]engine.Token) Prompt {
