@@ -2,6 +2,7 @@ package layout
 
 import (
 	"context"
+	"math"
 	"fmt"
 	"sort"
 
@@ -34,14 +35,20 @@ type Donor struct {
 	ID     uint64 // the donor session, for explain
 	Tokens []engine.Token
 	Spans  []Span
-	// Exact: the donor's first Exact tokens hold a cold prefill's KV.
+	// Exact: the donor's first Exact tokens hold a cold prefill's KV at
+	// their tape positions (a dense tape; a hot set's blocks decoded
+	// before any eviction moved its stream), so a prefix copied to the
+	// same positions is exact (DonorFacts).
 	Exact int
-	// Dense: tape index i sits at position i, so a prefix copied at the
-	// same positions is exact.
-	Dense bool
-	// CopySeconds estimates what one Copy costs (0: unknown, or next to
-	// nothing): a donor whose copied tokens would prefill faster is not
-	// used (policy.DonorWorthCopying).
+	// TailFrom: the donor's KV from this tape index on is only in its
+	// engine state (a hot set's open tail; 0 for a dense donor: all of
+	// it), which the daemon copies by loading that state; below it a hot
+	// set's sealed blocks are read from the tiers, each weighed on its
+	// own (policy.PartialBlockWorthCopying).
+	TailFrom int
+	// CopySeconds estimates what copying from the donor's engine state
+	// costs (0: unknown, or next to nothing): tokens at or past TailFrom
+	// that would prefill faster are not copied (policy.DonorWorthCopying).
 	CopySeconds float64
 	// Copy copies the KV of the donor's tape ranges out as pieces, in
 	// order; a piece may cover part of a range only (the rest is
@@ -51,6 +58,11 @@ type Donor struct {
 	// empty and lost is true.
 	Copy func(ctx context.Context, ranges []policy.SpanRange) (pieces []DonorPiece, lost bool, err error)
 }
+
+// EngineCopy copies ranges of positions out of a parked session's engine
+// state (the daemon's: the slot owns resident and parked KV), one range
+// each, leaving that session as it was; lost as in Donor.Copy.
+type EngineCopy func(ctx context.Context, positions []policy.SpanRange) (ranges []engine.Range, lost bool, err error)
 
 // DonorPiece is a copied piece of a donor's KV: Range is the index of the
 // range asked for that it lies in, Src its first index in the donor's tape.
@@ -78,11 +90,7 @@ func (pc DonorPiece) count() int {
 func heldTapes(donors []Donor) []policy.HeldTape {
 	out := make([]policy.HeldTape, len(donors))
 	for i, d := range donors {
-		exact := d.Exact
-		if !d.Dense {
-			exact = 0 // its prefix sits at other positions: never exact
-		}
-		out[i] = policy.HeldTape{Tokens: d.Tokens, Spans: spanRanges(d.Spans), Exact: exact}
+		out[i] = policy.HeldTape{Tokens: d.Tokens, Spans: spanRanges(d.Spans), Exact: d.Exact}
 	}
 	return out
 }
@@ -220,32 +228,132 @@ func (h *hotSet) CopySealed(ctx context.Context, ranges []policy.SpanRange) ([]D
 	return out, false, nil
 }
 
-func (h *hotSet) DonorCopy() func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
-	return h.CopySealed
+// copyFor is a hot set's Donor.Copy: its sealed blocks from the tiers
+// (CopySealed), and what the ranges hold beyond them that only its engine
+// state holds (its open tail, a block without a copy) through ec.
+func (h *hotSet) copyFor(ctx context.Context, ranges []policy.SpanRange, ec EngineCopy) ([]DonorPiece, bool, error) {
+	out, _, err := h.CopySealed(ctx, ranges)
+	if err != nil || ec == nil {
+		return out, false, err
+	}
+	covered := make([][]policy.SpanRange, len(ranges))
+	for _, pc := range out {
+		covered[pc.Range] = append(covered[pc.Range], policy.SpanRange{Start: pc.Src, End: pc.Src + pc.count()})
+	}
+	type want struct{ k, v int }
+	var wants []want
+	var pos []policy.SpanRange
+	for k, rg := range ranges {
+		for v := rg.Start; v < rg.End; {
+			if c := coveredAt(covered[k], v); c > v {
+				v = c
+				continue
+			}
+			p, n, ok := h.enginePos(v)
+			n = min(n, rg.End-v, nextCovered(covered[k], v)-v)
+			if ok {
+				wants, pos = append(wants, want{k, v}), append(pos, policy.SpanRange{Start: p, End: p + n})
+			}
+			v += n
+		}
+	}
+	if len(pos) == 0 {
+		return out, false, nil
+	}
+	rs, lost, err := ec(ctx, pos)
+	if err != nil || len(rs) != len(pos) {
+		// The sealed blocks still count; the rest is prefilled.
+		if err == nil {
+			err = fmt.Errorf("%w: %d ranges copied of %d", protocol.ErrInternal, len(rs), len(pos))
+		}
+		h.note(fmt.Sprintf("copying a donor's engine state: %v", err))
+		return out, lost, nil
+	}
+	for i, r := range rs {
+		out = append(out, DonorPiece{Range: wants[i].k, Src: wants[i].v, R: r})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Src < out[j].Src })
+	return out, false, nil
 }
 
-func (d *denseLayout) DonorCopy() func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
+// coveredAt is the end of the range of cs holding v, or v.
+func coveredAt(cs []policy.SpanRange, v int) int {
+	for _, c := range cs {
+		if c.Start <= v && v < c.End {
+			return c.End
+		}
+	}
+	return v
+}
+
+// nextCovered is the start of the first range of cs past v, or a large
+// number.
+func nextCovered(cs []policy.SpanRange, v int) int {
+	next := math.MaxInt
+	for _, c := range cs {
+		if c.Start > v {
+			next = min(next, c.Start)
+		}
+	}
+	return next
+}
+
+func (h *hotSet) DonorCopy(ec EngineCopy) func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
+	return func(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error) {
+		return h.copyFor(ctx, ranges, ec)
+	}
+}
+
+func (d *denseLayout) DonorCopy(EngineCopy) func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
 	return nil
 }
 
-// worthCopying drops the runs of the donors whose tokens would prefill
-// faster than their copy takes (prefix: the tokens already taken from
-// prefixDonor's exact prefix) and returns how many tokens it dropped.
-func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, prefixDonor, prefix int) ([]policy.ReuseRun, int) {
+// DonorFacts: a hot set's KV is exact at its tape positions up to the
+// first block not decoded there (an eviction moved the stream down
+// before it) or without a copy to read; its open tail only the engine
+// state holds.
+func (h *hotSet) DonorFacts() (exact, tailFrom int) {
+	for _, b := range h.blocks {
+		if b.pos0 != b.vstart || b.res.copyTier() == tiers.None {
+			return h.tape.ExactTokens(b.vstart), h.tailV
+		}
+	}
+	if h.tailP == h.tailV {
+		return h.tape.ExactTokens(len(h.tape.tokens)), h.tailV
+	}
+	return h.tape.ExactTokens(h.tailV), h.tailV
+}
+
+// DonorFacts: a dense tape sits at its positions; all of it is in the
+// engine state.
+func (d *denseLayout) DonorFacts() (exact, tailFrom int) {
+	return d.tape.ExactTokens(len(d.tape.tokens)), 0
+}
+
+// worthCopying drops the parts of the donors' runs that lie at or past
+// their TailFrom (what only their engine state holds) when those tokens
+// would prefill faster than the copy takes (prefix: the tokens [kept,
+// from) taken from prefixDonor's exact prefix) and returns how many tokens
+// it dropped.
+func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, prefixDonor, kept, from int) ([]policy.ReuseRun, int) {
 	saved := make([]int, len(donors))
 	for _, r := range runs {
 		if r.Donor > 0 {
-			saved[r.Donor-1] += r.Len
+			saved[r.Donor-1] += max(0, r.Src+r.Len-max(r.Src, donors[r.Donor-1].TailFrom))
 		}
 	}
 	if prefixDonor >= 0 {
-		saved[prefixDonor] += prefix
+		saved[prefixDonor] += max(0, from-max(kept, donors[prefixDonor].TailFrom))
 	}
 	out, dropped := runs[:0:0], 0
 	for _, r := range runs {
-		if r.Donor > 0 && !policy.DonorWorthCopying(saved[r.Donor-1], perToken, donors[r.Donor-1].CopySeconds) {
-			dropped += r.Len
-			continue
+		if r.Donor > 0 && saved[r.Donor-1] > 0 && !policy.DonorWorthCopying(saved[r.Donor-1], perToken, donors[r.Donor-1].CopySeconds) {
+			keep := max(0, min(r.Len, donors[r.Donor-1].TailFrom-r.Src))
+			dropped += r.Len - keep
+			if keep == 0 {
+				continue
+			}
+			r.Len = keep
 		}
 		out = append(out, r)
 	}
@@ -274,7 +382,7 @@ func moreRuns(tape *Tape, target Prompt, donors []Donor, held []policy.HeldTape,
 	if d, end := policy.DonorPrefix(commonOnly(held), target.Tokens, from); d >= 0 {
 		runs = policy.MergeRuns(runs, policy.PrefixGaps(runs, from, end, d+1), from)
 	}
-	return worthCopying(donors, runs, perToken, prefixDonor, from-kept)
+	return worthCopying(donors, runs, perToken, prefixDonor, kept, from)
 }
 
 // donorFailed records in r that copying from other sessions failed with

@@ -120,15 +120,56 @@ func (h *hotSet) appendKV(ctx context.Context, pc kvPiece, toks []engine.Token, 
 	return true, nil
 }
 
+// inPlace reports whether the tape's first n tokens sit at their tape
+// positions (no eviction has moved the stream yet): a donor's exact prefix
+// may then follow them.
+func (h *hotSet) inPlace(n int) bool {
+	for _, b := range h.blocks {
+		if b.vstart >= n {
+			return true
+		}
+		if !b.res.inEngine() || b.pstart != b.vstart {
+			return false
+		}
+	}
+	return h.tailP == h.tailV
+}
+
+// exactPrefixEnd is how much of a donor's exact prefix ending at end a
+// prompt of total tokens takes (policy.HotExactPrefixEnd).
+func (h *hotSet) exactPrefixEnd(end, total int) int {
+	hc := h.env.Hot
+	return policy.HotExactPrefixEnd(end, total, hc.Limit, h.env.Engine.Options().BatchTokens, hc.Limits().ChunkTokens())
+}
+
+// blockStart is the start of the block (or open tail) tape index v is in.
+func (h *hotSet) blockStart(v int) int {
+	if v >= h.tailV {
+		return h.tailV
+	}
+	return h.blockAt(v).vstart
+}
+
 // segmentSync is the hot set's segment reuse (see denseLayout's).
 func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail, retrieve bool, r *SyncResult) (bool, error) {
 	tape := h.tape
-	sr, ok, err := planReuse(h.env, tape, target, kept, h.env.SessionTokens(), needLogits, keepTail, false, r)
+	var exactEnd func(end, total int) int
+	if h.inPlace(kept) {
+		exactEnd = h.exactPrefixEnd
+	}
+	sr, ok, err := planReuse(h.env, tape, target, kept, h.env.SessionTokens(), needLogits, keepTail, exactEnd, r)
 	if !ok || err != nil {
 		return false, err
 	}
 	full := sr.full
-	dc, lost, err := copyFromDonors(ctx, target.Donors, sr.plan.Runs, -1, kept, kept)
+	// A donor's exact prefix is copied from the start of the block kept
+	// falls in (both streams cut into blocks alike), so every donor block
+	// goes back at the position it was computed at, untrimmed at its head.
+	cutAt, prefixDonor := kept, -1
+	if sr.prefixDonor >= 0 && sr.prefixEnd > kept {
+		cutAt, prefixDonor = h.blockStart(kept), sr.prefixDonor
+	}
+	dc, lost, err := copyFromDonors(ctx, target.Donors, sr.plan.Runs, prefixDonor, cutAt, sr.prefixEnd)
 	if lost {
 		h.Reset()
 	}
@@ -145,17 +186,32 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 	// Tokens policy chose to prefill rather than bring back: within the
 	// budget, recomputed.
 	r.Budget += declined + dc.declined
-	if pieces = mergePieces(pieces, dc.runs); len(pieces) == 0 {
+	if pieces = mergePieces(pieces, dc.runs); len(pieces) == 0 && len(dc.prefix) == 0 {
 		r.Recomputed = sr.matchedIn // no KV to move: the matched tokens are prefilled
 		return false, nil
 	}
 	approxKept := kept - tape.ExactTokens(kept)
 	before := len(tape.tokens)
-	kept, err = h.Cut(ctx, kept)
+	kept, err = h.Cut(ctx, cutAt)
 	if err != nil {
 		return true, err
 	}
 	r.Dropped = before - kept
+	// The donor's exact prefix, at the positions it was computed at.
+	for _, pc := range dc.prefix {
+		_, n := pc.want()
+		if pc.dst != len(tape.tokens) || pc.dst != h.physEnd() || h.used()+n > h.env.Hot.Limit {
+			break // a hole, or no room without moving the stream: the rest is prefilled
+		}
+		done, err := h.appendKV(ctx, pc, full.Tokens[pc.dst:pc.dst+n], false)
+		if err != nil {
+			return true, err
+		}
+		if !done {
+			break
+		}
+		kept = len(tape.tokens)
+	}
 	approxKept = min(approxKept, kept-tape.ExactTokens(kept))
 	tape.spans = full.Spans
 	var moved []policy.ReuseRun

@@ -69,7 +69,14 @@ type Layout interface {
 	// DonorCopy is how another session copies this one's KV (Donor.Copy,
 	// donor.go) without touching it; nil when only the daemon can (a dense
 	// session's KV is resident or parked by the slot).
-	DonorCopy() func(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error)
+	// A hot set copies its sealed blocks from the tiers and what only its
+	// engine state holds through ec.
+	DonorCopy(ec EngineCopy) func(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error)
+	// DonorFacts are what other sessions copying from this one weigh:
+	// how many of its first tokens hold a cold prefill's KV at their tape
+	// positions, and from which tape index its KV is only in its engine
+	// state (Donor).
+	DonorFacts() (exact, tailFrom int)
 }
 
 // Env is what a layout uses of the daemon: the loaded model's engine and
