@@ -2,8 +2,8 @@ package layout
 
 import (
 	"context"
-	"math"
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/ctxd/ctxd/engine"
