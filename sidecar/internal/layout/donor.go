@@ -261,13 +261,17 @@ func (h *hotSet) copyFor(ctx context.Context, ranges []policy.SpanRange, ec Engi
 		return out, false, nil
 	}
 	rs, lost, err := ec(ctx, pos)
-	if err != nil || len(rs) != len(pos) {
-		// The sealed blocks still count; the rest is prefilled.
+	if lost {
+		// The receiving session's KV is gone: nothing of this copy counts.
 		if err == nil {
-			err = fmt.Errorf("%w: %d ranges copied of %d", protocol.ErrInternal, len(rs), len(pos))
+			err = fmt.Errorf("%w: the session's KV was lost", protocol.ErrInternal)
 		}
-		h.note(fmt.Sprintf("copying a donor's engine state: %v", err))
-		return out, lost, nil
+		return nil, true, err
+	}
+	if err != nil || len(rs) != len(pos) {
+		// The sealed blocks still count; the rest is prefilled (the
+		// donor is only read: nothing is noted on it).
+		return out, false, nil
 	}
 	for i, r := range rs {
 		out = append(out, DonorPiece{Range: wants[i].k, Src: wants[i].v, R: r})
