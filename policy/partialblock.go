@@ -23,35 +23,33 @@ func PartialBlockWorthCopying(want, blockTokens int, perTokenSeconds, copySecond
 	return float64(want)*perTokenSeconds > float64(blockTokens)*copySecondsPerToken
 }
 
-// HotExactPrefixEnd is how much of another session's exact prefix, ending
+// HotExactPrefix is how much of another session's exact prefix, ending
 // at end, a hot set copies to the same positions for a prompt of total
 // tokens (limit: the hot set's; batch: the engine's prefill batch; chunk:
-// the room a prefill makes at once, HotLimits.ChunkTokens). A hot set's
-// KV depends on when blocks were evicted while it streamed in, so the
-// tokens prefilled after the prefix must see the evictions a cold prefill
-// makes: all of the prefix when the prompt fits the hot set (nothing is
-// evicted either way), or when streaming on from end first evicts where a
-// cold prefill first does; else up to the last point before that where a
-// cold prefill's stream stands between two batches. The rest is the
+// the room a prefill makes at once, HotLimits.ChunkTokens), and where the
+// prefill after it first stops. A hot set's KV depends on when blocks were
+// evicted while it streamed in, so the tokens prefilled after the prefix
+// must see the evictions a cold prefill makes: the prefix goes up to a
+// cold prefill's first eviction at most (all of it when the prompt fits
+// the hot set: nothing is evicted either way), and the prefill after it
+// first runs to the next point where a cold prefill's stream stands
+// between two batches (stop; take itself when it is one), from where it
+// streams on as a cold prefill does. What the prefix leaves is the
 // donor's common prefix, copied approximately.
-func HotExactPrefixEnd(end, total, limit, batch, chunk int) int {
-	if total <= limit || end <= 0 {
-		return max(end, 0)
+func HotExactPrefix(end, total, limit, batch, chunk int) (take, stop int) {
+	if end <= 0 {
+		return 0, 0
+	}
+	if total <= limit {
+		return end, end
 	}
 	batch, chunk = max(batch, 1), max(chunk, 1)
-	cold := firstEviction(0, total, limit, batch, chunk)
-	if end <= cold && firstEviction(end, total, limit, batch, chunk) == cold {
-		return end
-	}
-	best := 0
-	for p := 0; p <= min(end, cold); {
-		best = p
-		if p == cold {
-			break
+	take = min(end, firstEviction(0, total, limit, batch, chunk))
+	for p := 0; ; p += min(total-p, limit-p, batch) {
+		if p >= take {
+			return take, p
 		}
-		p += min(total-p, limit-p, batch)
 	}
-	return best
 }
 
 // firstEviction is where a hot set holding the stream's first from tokens

@@ -26,30 +26,30 @@ func TestPartialBlockWorthCopying(t *testing.T) {
 	}
 }
 
-func TestHotExactPrefixEnd(t *testing.T) {
+func TestHotExactPrefix(t *testing.T) {
 	tests := []struct {
-		name                                  string
-		end, total, limit, batch, chunk, want int
+		name                            string
+		end, total, limit, batch, chunk int
+		take, stop                      int
 	}{
-		{"the prompt fits the hot set", 201, 250, 256, 512, 64, 201},
-		{"the prompt fits exactly", 256, 256, 256, 512, 64, 256},
-		// Batches larger than the hot set: a cold prefill fills it, then
-		// evicts; from 196 the stream fills it too.
-		{"longer than the hot set, room left for a chunk", 192, 3000, 256, 512, 64, 192},
-		{"BOS alone", 1, 3000, 256, 512, 64, 1},
-		// From 201 only 55 tokens of room: it would evict at once, where a
-		// cold prefill decodes on to 256.
-		{"too little room left for a chunk", 201, 3000, 256, 512, 64, 0},
+		{"the prompt fits the hot set", 201, 250, 256, 512, 64, 201, 201},
+		{"the prompt fits exactly", 256, 256, 256, 512, 64, 256, 256},
+		// Batches larger than the hot set: a cold prefill fills it in one
+		// batch, then evicts at 256.
+		{"longer than the hot set", 196, 3000, 256, 512, 64, 196, 256},
+		{"BOS alone", 1, 3000, 256, 512, 64, 1, 256},
+		{"past the first eviction", 256, 3000, 256, 512, 64, 256, 256},
 		// Batches of 100: a cold prefill stands at 0, 100, 200 and evicts
-		// at 200 (56 tokens of room); from 150 it would go on to 250.
-		{"small batches, between two", 150, 3000, 256, 100, 64, 100},
-		{"small batches, on one", 200, 3000, 256, 100, 64, 200},
-		{"no sizes", 196, 3000, 256, 0, 0, 196},
-		{"nothing to copy", 0, 3000, 256, 512, 64, 0},
+		// at 200 (56 tokens of room left, less than a chunk).
+		{"small batches, between two", 150, 3000, 256, 100, 64, 150, 200},
+		{"small batches, on one", 100, 3000, 256, 100, 64, 100, 100},
+		{"small batches, past the first eviction", 250, 3000, 256, 100, 64, 200, 200},
+		{"no sizes", 196, 3000, 256, 0, 0, 196, 196},
+		{"nothing to copy", 0, 3000, 256, 512, 64, 0, 0},
 	}
 	for _, tc := range tests {
-		if got := HotExactPrefixEnd(tc.end, tc.total, tc.limit, tc.batch, tc.chunk); got != tc.want {
-			t.Errorf("%s: got %d, want %d", tc.name, got, tc.want)
+		if take, stop := HotExactPrefix(tc.end, tc.total, tc.limit, tc.batch, tc.chunk); take != tc.take || stop != tc.stop {
+			t.Errorf("%s: got %d, %d, want %d, %d", tc.name, take, stop, tc.take, tc.stop)
 		}
 	}
 }

@@ -80,3 +80,38 @@ func TestFakeDonorHotPartialBlocksAndTail(t *testing.T) {
 	more := d.greedy(main, 1)
 	checkHotLayout(t, d, main, slices.Concat(withBOS(sys, tools, short), gen, more))
 }
+
+// A hot-set donor's exact prefix on a prompt longer than the hot set: the
+// new session takes the donor's blocks decoded in place, then prefills on
+// to where a cold prefill's stream stands before evicting
+// (policy.HotExactPrefix), so after all its evictions it holds byte for
+// byte what a cold prefill of its prompt gives (in a daemon of its own);
+// without that stop it would evict at once (too little room left for a
+// chunk), where a cold prefill decodes on.
+func TestFakeDonorHotExactPrefixThenEvictions(t *testing.T) {
+	cfg := hotConfig()
+	cfg.ReuseLatency = time.Hour // nothing approximate: what is not copied exactly is prefilled
+	sys := ids(1, 200, 0, 250) // with BOS 201: past 196 (the donor's last block in place), too little room for a chunk
+	toolsA, toolsB := ids(2, 600, 0, 250), ids(3, 600, 0, 250)
+	mB := manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, toolsB))
+
+	ref := startFake(t, cfg, enginefake.Options{})
+	cold := ref.open("cold")
+	ref.mustEnsure(cold, mB)
+	coldState := ref.resident().State
+
+	d := startFake(t, cfg, enginefake.Options{})
+	a := d.open("a")
+	d.mustEnsure(a, manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, toolsA)))
+	d.mustSuffix(a)
+	d.greedy(a, 2)
+	b := d.open("b")
+	r := d.mustEnsure(b, mB)
+	t.Logf("b: %+v", r)
+	if r.GetReusedTokens() == 0 || r.GetApproximateTokens() != 0 || r.GetReusedTokens()+r.GetPrefilledTokens() != 801 {
+		t.Fatalf("b %+v: want the donor's prefix copied exactly, the rest prefilled", r)
+	}
+	if !bytes.Equal(d.resident().State, coldState) {
+		t.Fatal("a session that took a hot-set donor's exact prefix holds other KV than a cold prefill of its prompt")
+	}
+}

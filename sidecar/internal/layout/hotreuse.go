@@ -135,11 +135,12 @@ func (h *hotSet) inPlace(n int) bool {
 	return h.tailP == h.tailV
 }
 
-// exactPrefixEnd is how much of a donor's exact prefix ending at end a
-// prompt of total tokens takes (policy.HotExactPrefixEnd).
-func (h *hotSet) exactPrefixEnd(end, total int) int {
+// exactPrefix is how much of a donor's exact prefix ending at end a
+// prompt of total tokens takes, and where the prefill after it first
+// stops (policy.HotExactPrefix).
+func (h *hotSet) exactPrefix(end, total int) (take, stop int) {
 	hc := h.env.Hot
-	return policy.HotExactPrefixEnd(end, total, hc.Limit, h.env.Engine.Options().BatchTokens, hc.Limits().ChunkTokens())
+	return policy.HotExactPrefix(end, total, hc.Limit, h.env.Engine.Options().BatchTokens, hc.Limits().ChunkTokens())
 }
 
 // blockStart is the start of the block (or open tail) tape index v is in.
@@ -155,7 +156,7 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 	tape := h.tape
 	var exactEnd func(end, total int) int
 	if h.inPlace(kept) {
-		exactEnd = h.exactPrefixEnd
+		exactEnd = func(end, total int) int { take, _ := h.exactPrefix(end, total); return take }
 	}
 	sr, ok, err := planReuse(h.env, tape, target, kept, h.env.SessionTokens(), needLogits, keepTail, exactEnd, r)
 	if !ok || err != nil {
@@ -212,6 +213,7 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 		}
 		kept = len(tape.tokens)
 	}
+	prefixTaken := prefixDonor >= 0 && kept > cutAt
 	approxKept = min(approxKept, kept-tape.ExactTokens(kept))
 	tape.spans = full.Spans
 	var moved []policy.ReuseRun
@@ -229,6 +231,23 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 		}
 		if err := h.retrieveFor(ctx, full.Tokens[kept:], turn); err != nil {
 			return true, err
+		}
+	}
+	if prefixTaken {
+		// After a donor's exact prefix the prefill first runs to where a
+		// cold prefill's stream stands, so it evicts as that one does.
+		_, stop := h.exactPrefix(kept, len(full.Tokens))
+		first := len(full.Tokens)
+		for _, pc := range pieces {
+			if pc.dst >= kept {
+				first = pc.dst
+				break
+			}
+		}
+		if stop > len(tape.tokens) && stop <= first {
+			if err := h.AppendTokens(ctx, full.Tokens[len(tape.tokens):stop]); err != nil {
+				return true, err
+			}
 		}
 	}
 	for i, pc := range pieces {
