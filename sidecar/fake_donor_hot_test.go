@@ -91,7 +91,7 @@ func TestFakeDonorHotPartialBlocksAndTail(t *testing.T) {
 func TestFakeDonorHotExactPrefixThenEvictions(t *testing.T) {
 	cfg := hotConfig()
 	cfg.ReuseLatency = time.Hour // nothing approximate: what is not copied exactly is prefilled
-	sys := ids(1, 200, 0, 250) // with BOS 201: past 196 (the donor's last block in place), too little room for a chunk
+	sys := ids(1, 200, 0, 250)   // with BOS 201: past 196 (the donor's last block in place), too little room for a chunk
 	toolsA, toolsB := ids(2, 600, 0, 250), ids(3, 600, 0, 250)
 	mB := manifest(seg("sys", pb.SegmentKind_SEGMENT_KIND_SYSTEM, sys), seg("tools", pb.SegmentKind_SEGMENT_KIND_TOOLS, toolsB))
 
