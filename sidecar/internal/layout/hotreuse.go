@@ -180,6 +180,11 @@ func (h *hotSet) segmentSync(ctx context.Context, target Prompt, kept int, needL
 		}
 		dc = donorFailed(r, err)
 	}
+	if prefixDonor >= 0 && (len(dc.prefix) == 0 || dc.prefix[0].dst != cutAt) {
+		// The donor's prefix does not start where the cut would: keep the
+		// session's own tokens and prefill the rest of the prefix.
+		cutAt, dc.prefix = kept, nil
+	}
 	pieces, declined, err := h.pieces(ctx, sr.plan.Runs)
 	if err != nil {
 		return false, err
