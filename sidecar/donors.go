@@ -13,8 +13,9 @@ import (
 )
 
 // Reuse from other live sessions (layout/donor.go): the sessions a prompt
-// may copy KV from, and how a dense session's KV is copied out of what the
-// slot parked, without touching the session it belongs to.
+// may copy KV from, and how a session's KV is copied out of what the slot
+// parked (a dense tape, a hot set's open tail), without touching the
+// session it belongs to.
 
 // maxDonors bounds the sessions a prompt is matched against.
 const maxDonors = 8
@@ -40,16 +41,33 @@ func (srv *Server) donors(sess *session, key string, exact bool) []layout.Donor 
 	srv.mu.Unlock()
 	out := make([]layout.Donor, 0, min(len(cands), maxDonors))
 	for _, s := range cands[:min(len(cands), maxDonors)] {
-		d := layout.Donor{ID: s.id, Tokens: s.tape.Tokens(), Spans: s.tape.Spans(), Exact: s.tape.ExactTokens(s.tape.Len()), Dense: s.layout.Mode() == "dense"}
-		if c := s.layout.DonorCopy(); c != nil {
+		exact, tailFrom := s.layout.DonorFacts()
+		d := layout.Donor{ID: s.id, Tokens: s.tape.Tokens(), Spans: s.tape.Spans(), Exact: exact, TailFrom: tailFrom}
+		// Loading the donor's parked state, and saving and putting back
+		// this session's: memory copies of both.
+		donorUsed := 0
+		if s.parked != nil {
+			donorUsed = len(s.parked.Positions)
+		}
+		d.CopySeconds = srv.slot.copyPerToken * float64(2*srv.slot.ectx.Used()+donorUsed)
+		donor, version := s, s.version
+		ec := func(_ context.Context, positions []policy.SpanRange) ([]engine.Range, bool, error) {
+			return srv.slot.copyParked(sess, donor, version, positions)
+		}
+		if c := s.layout.DonorCopy(ec); c != nil {
 			d.Copy = c
 		} else {
-			// Loading the donor's parked state, and saving and putting
-			// back this session's: memory copies of both.
-			d.CopySeconds = srv.slot.copyPerToken * float64(2*sess.tape.Len()+s.tape.Len())
-			donor, version := s, s.version
-			d.Copy = func(_ context.Context, ranges []policy.SpanRange) ([]layout.DonorPiece, bool, error) {
-				return srv.slot.copyParked(sess, donor, version, ranges)
+			d.Copy = func(ctx context.Context, ranges []policy.SpanRange) ([]layout.DonorPiece, bool, error) {
+				// A dense tape: tape index i at position i.
+				rs, lost, err := ec(ctx, ranges)
+				if err != nil {
+					return nil, lost, err
+				}
+				out := make([]layout.DonorPiece, len(rs))
+				for i, r := range rs {
+					out[i] = layout.DonorPiece{Range: i, Src: ranges[i].Start, R: r}
+				}
+				return out, false, nil
 			}
 		}
 		out = append(out, d)
@@ -57,12 +75,12 @@ func (srv *Server) donors(sess *session, key string, exact bool) []layout.Donor 
 	return append(out, srv.orphanDonors(sess, key)...)
 }
 
-// copyParked copies ranges of a dense donor's parked KV (tape index i at
-// position i) while cur is resident: cur's KV is saved, the donor's parked
-// state loaded, the ranges extracted, and cur's KV put back. The donor's
-// tape and parked state are only read. lost: cur's KV could not be put
-// back and the engine is empty. The caller holds the slot token.
-func (s *slot) copyParked(cur, donor *session, version uint64, ranges []policy.SpanRange) ([]layout.DonorPiece, bool, error) {
+// copyParked copies position ranges of a donor's parked KV while cur is
+// resident: cur's KV is saved, the donor's parked state loaded, the ranges
+// extracted, and cur's KV put back. The donor's tape and parked state are
+// only read. lost: cur's KV could not be put back and the engine is
+// empty. The caller holds the slot token.
+func (s *slot) copyParked(cur, donor *session, version uint64, ranges []policy.SpanRange) ([]engine.Range, bool, error) {
 	switch {
 	case s.resident != cur:
 		return nil, false, fmt.Errorf("%w: copying KV for session %d, which is not resident", protocol.ErrInternal, cur.id)
@@ -70,12 +88,12 @@ func (s *slot) copyParked(cur, donor *session, version uint64, ranges []policy.S
 		return nil, false, fmt.Errorf("%w: session %d changed or holds no parked KV", protocol.ErrInternal, donor.id)
 	}
 	for _, r := range ranges {
-		if r.Start < 0 || r.End <= r.Start || r.End > donor.tape.Len() {
-			return nil, false, fmt.Errorf("%w: range [%d,%d) outside session %d's %d tokens", protocol.ErrInternal, r.Start, r.End, donor.id, donor.tape.Len())
+		if r.Start < 0 || r.End <= r.Start {
+			return nil, false, fmt.Errorf("%w: range [%d,%d) of session %d's KV", protocol.ErrInternal, r.Start, r.End, donor.id)
 		}
 	}
 	start := time.Now()
-	moved := 2*s.ectx.Used() + donor.tape.Len()
+	moved := 2*s.ectx.Used() + len(donor.parked.Positions)
 	defer func() {
 		// A running estimate of a copy's cost per token moved.
 		if moved > 0 {
@@ -107,17 +125,17 @@ func (s *slot) copyParked(cur, donor *session, version uint64, ranges []policy.S
 }
 
 // extractFrom loads st into the (empty) engine and extracts ranges.
-func extractFrom(ectx engine.Context, st engine.SeqState, ranges []policy.SpanRange) ([]layout.DonorPiece, error) {
+func extractFrom(ectx engine.Context, st engine.SeqState, ranges []policy.SpanRange) ([]engine.Range, error) {
 	if err := ectx.LoadSeq(st); err != nil {
 		return nil, err
 	}
-	out := make([]layout.DonorPiece, 0, len(ranges))
-	for i, r := range ranges {
+	out := make([]engine.Range, 0, len(ranges))
+	for _, r := range ranges {
 		rg, err := ectx.ExtractRange(r.Start, r.End)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, layout.DonorPiece{Range: i, Src: r.Start, R: rg})
+		out = append(out, rg)
 	}
 	return out, nil
 }

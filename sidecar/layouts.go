@@ -30,7 +30,7 @@ func (srv *Server) layoutEnv(sess *session) *layout.Env {
 // token's measured time) and the latency target.
 func (srv *Server) reuseSettings() layout.ReuseSettings {
 	s := srv.slot
-	set := layout.ReuseSettings{Mode: srv.cfg.Reuse, Cost: s.fig.cost}
+	set := layout.ReuseSettings{Mode: srv.cfg.Reuse, Cost: s.fig.cost, CopySecondsPerToken: s.copyPerToken}
 	if !s.fig.hasCost && s.fig.prefillTokensPerSec > 0 {
 		set.Cost = policy.PrefillCost{BaseSeconds: 1 / s.fig.prefillTokensPerSec}
 	}

@@ -11,7 +11,7 @@ func (srv *Server) orphanDonors(sess *session, key string) []layout.Donor {
 	if sess.layout == nil || sess.layout.Mode() != "hot" || !srv.tiers.HasArena() {
 		return nil
 	}
-	return layout.OrphanDonors(srv.tiers, key)
+	return layout.OrphanDonors(srv.tiers, key, srv.layoutEnv(sess))
 }
 
 // lendKey is the compatibility key sess's parked blocks are recorded

@@ -13,7 +13,9 @@ import (
 // sub-agent session and a date change, an AGENTS.md block and a synthetic
 // sub-agent made from it: every request prefills at most new + recompute
 // budget + 1 tokens, and the recorded sub-agent, which opens a session of
-// its own, reuses most of its prompt from the main session.
+// its own, reuses most of its prompt from the main session; in dense
+// sessions and in the hot set (the daemon's default layout), where the
+// bound holds token by token too.
 func TestEvalBoundOnRecordedRequests(t *testing.T) {
 	root, err := testmodel.RepoRoot()
 	if err != nil {
@@ -23,8 +25,21 @@ func TestEvalBoundOnRecordedRequests(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "opencode_task", "1.json")); err != nil {
 		t.Fatalf("recorded agent requests missing: %v", err)
 	}
-	code, out, errs := ctl(t, "--no-progress", "eval", "bound", "--model", testmodel.Stories(t), "--requests", dir,
-		"--sessions", "opencode_task", "--max-tools", "1", "--max-message-chars", "1000", "--perturb", "date,agents,subagent", "--json")
+	for _, layout := range []string{"dense", "hot"} {
+		t.Run(layout, func(t *testing.T) {
+			args := []string{"--no-progress", "eval", "bound", "--model", testmodel.Stories(t), "--requests", dir,
+				"--sessions", "opencode_task", "--max-tools", "1", "--max-message-chars", "1000", "--perturb", "date,agents,subagent", "--json"}
+			if layout == "hot" {
+				args = append(args, "--hot")
+			}
+			checkBound(t, args)
+		})
+	}
+}
+
+// checkBound runs eval bound with args and checks every row.
+func checkBound(t *testing.T, args []string) {
+	code, out, errs := ctl(t, args...)
 	if code != 0 {
 		t.Fatalf("eval bound: %d %s %s", code, out, errs)
 	}

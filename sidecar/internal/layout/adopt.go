@@ -1,6 +1,7 @@
 package layout
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -107,7 +108,9 @@ func (h *hotSet) AdoptOrphan(i, upto int) (int, int, error) {
 	h.tailP = pos
 	tape.logitsAt = -1
 	h.note(fmt.Sprintf("resumed %d tokens (%d blocks) parked in the arena by a closed session or an earlier ctxd", len(tape.tokens), len(h.blocks)))
-	n, err := h.cut(upto) // an adopted tape has no turn to go back to
+	// An adopted tape has no turn to go back to; its blocks are in the
+	// arena (memory), so the cut's reads do not wait on a disk.
+	n, err := h.cut(context.Background(), upto)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -41,7 +41,9 @@
 // with the few methods the daemon needs; spans, prompts), dense.go,
 // segreuse.go (a dense session's reuse past an early change: unchanged
 // segments' KV moved into place), donor.go (copying KV from other live
-// sessions: Donor, a hot set's copies of its sealed blocks), hotset.go
+// sessions: Donor), hotdonor.go (a hot set as a donor: its sealed
+// blocks token by token, its open tail, its exact prefix), kvpart.go
+// (parts of blocks: a block's KV read back whole and trimmed), hotset.go
 // (the hot set: Sync, Cut, lifecycle), hotblock.go (a block and its
 // residency), hotturn.go (the layout at a turn's start, restored by a cut
 // back to it), hotconfig.go,

@@ -8,7 +8,6 @@ import (
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
 	"github.com/ctxd/ctxd/protocol"
-	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
 // Reuse from other live sessions (donors). A sub-agent opens a session of
@@ -34,14 +33,20 @@ type Donor struct {
 	ID     uint64 // the donor session, for explain
 	Tokens []engine.Token
 	Spans  []Span
-	// Exact: the donor's first Exact tokens hold a cold prefill's KV.
+	// Exact: the donor's first Exact tokens hold a cold prefill's KV at
+	// their tape positions (a dense tape; a hot set's blocks decoded
+	// before any eviction moved its stream), so a prefix copied to the
+	// same positions is exact (DonorFacts).
 	Exact int
-	// Dense: tape index i sits at position i, so a prefix copied at the
-	// same positions is exact.
-	Dense bool
-	// CopySeconds estimates what one Copy costs (0: unknown, or next to
-	// nothing): a donor whose copied tokens would prefill faster is not
-	// used (policy.DonorWorthCopying).
+	// TailFrom: the donor's KV from this tape index on is only in its
+	// engine state (a hot set's open tail; 0 for a dense donor: all of
+	// it), which the daemon copies by loading that state; below it a hot
+	// set's sealed blocks are read from the tiers, each weighed on its
+	// own (policy.PartialBlockWorthCopying).
+	TailFrom int
+	// CopySeconds estimates what copying from the donor's engine state
+	// costs (0: unknown, or next to nothing): tokens at or past TailFrom
+	// that would prefill faster are not copied (policy.DonorWorthCopying).
 	CopySeconds float64
 	// Copy copies the KV of the donor's tape ranges out as pieces, in
 	// order; a piece may cover part of a range only (the rest is
@@ -52,22 +57,38 @@ type Donor struct {
 	Copy func(ctx context.Context, ranges []policy.SpanRange) (pieces []DonorPiece, lost bool, err error)
 }
 
+// EngineCopy copies ranges of positions out of a parked session's engine
+// state (the daemon's: the slot owns resident and parked KV), one range
+// each, leaving that session as it was; lost as in Donor.Copy.
+type EngineCopy func(ctx context.Context, positions []policy.SpanRange) (ranges []engine.Range, lost bool, err error)
+
 // DonorPiece is a copied piece of a donor's KV: Range is the index of the
 // range asked for that it lies in, Src its first index in the donor's tape.
+// N > 0: R is a whole block of which only the tokens [Lo, Lo+N) are the
+// piece (the recipient trims it). Prefill: N tokens from Src the donor
+// chose not to copy (a block read back for a few of its tokens costs more
+// than prefilling them, policy.PartialBlockWorthCopying): R is empty, the
+// recipient prefills them within its budget.
 type DonorPiece struct {
 	Range, Src int
 	R          engine.Range
+	Lo, N      int
+	Prefill    bool
+}
+
+// count is how many of the donor's tokens the piece stands for.
+func (pc DonorPiece) count() int {
+	if pc.N > 0 || pc.Prefill {
+		return pc.N
+	}
+	return pc.R.Count
 }
 
 // heldTapes are the donors as policy sees them.
 func heldTapes(donors []Donor) []policy.HeldTape {
 	out := make([]policy.HeldTape, len(donors))
 	for i, d := range donors {
-		exact := d.Exact
-		if !d.Dense {
-			exact = 0 // its prefix sits at other positions: never exact
-		}
-		out[i] = policy.HeldTape{Tokens: d.Tokens, Spans: spanRanges(d.Spans), Exact: exact}
+		out[i] = policy.HeldTape{Tokens: d.Tokens, Spans: spanRanges(d.Spans), Exact: d.Exact}
 	}
 	return out
 }
@@ -85,10 +106,12 @@ func commonOnly(held []policy.HeldTape) []policy.HeldTape {
 
 // donorCopy is what copyFromDonors brought: the exact prefix's pieces and
 // the donor runs' pieces at their destinations (tape indices of the new
-// prompt), in order.
+// prompt), in order, and how many tokens the donors chose not to copy
+// (prefilled, within the budget).
 type donorCopy struct {
-	prefix []kvPiece
-	runs   []kvPiece
+	prefix   []kvPiece
+	runs     []kvPiece
+	declined int
 }
 
 // copyFromDonors copies the donor runs of runs (Donor > 0) and the exact
@@ -116,14 +139,24 @@ func copyFromDonors(ctx context.Context, donors []Donor, runs []policy.ReuseRun,
 			return donorCopy{}, lost, fmt.Errorf("copying KV from session %d: %w", donors[k].ID, err)
 		}
 		for _, pc := range pieces {
-			i := pc.Range
-			if i < 0 || i >= len(ranges) || pc.Src < ranges[i].Start || pc.Src+pc.R.Count > ranges[i].End || pc.R.Count <= 0 {
-				return donorCopy{}, false, fmt.Errorf("%w: session %d gave a piece [%d,+%d) outside what was asked", protocol.ErrInternal, donors[k].ID, pc.Src, pc.R.Count)
+			i, n := pc.Range, pc.count()
+			if i < 0 || i >= len(ranges) || pc.Src < ranges[i].Start || pc.Src+n > ranges[i].End || n <= 0 ||
+				(!pc.Prefill && (pc.R.Count <= 0 || pc.Lo < 0 || pc.Lo+n > pc.R.Count)) {
+				return donorCopy{}, false, fmt.Errorf("%w: session %d gave a piece [%d,+%d) outside what was asked", protocol.ErrInternal, donors[k].ID, pc.Src, n)
 			}
-			if dsts[i] < 0 {
-				out.prefix = append(out.prefix, kvPiece{dst: pc.Src, r: pc.R})
+			if pc.Prefill {
+				out.declined += n
+				continue
+			}
+			kp := kvPiece{dst: pc.Src, r: pc.R}
+			if pc.N > 0 {
+				kp.lo, kp.n = pc.Lo, pc.N
+			}
+			if dsts[i] >= 0 {
+				kp.dst = dsts[i] + pc.Src - ranges[i].Start
+				out.runs = append(out.runs, kp)
 			} else {
-				out.runs = append(out.runs, kvPiece{dst: dsts[i] + pc.Src - ranges[i].Start, r: pc.R})
+				out.prefix = append(out.prefix, kp)
 			}
 		}
 	}
@@ -152,63 +185,30 @@ func donorNote(donors []Donor, runs []policy.ReuseRun, prefixDonor, kept, prefix
 	return s
 }
 
-// CopySealed is a hot set's Donor.Copy: the sealed blocks lying wholly
-// inside the ranges, read from their copies in the arena or the SSD tier
-// (read-only: the donor's blocks, residency and engine are left as they
-// are). A block without a copy, or whose copy cannot be read, is left out
-// (the recipient prefills it); a cancelled read stops the copy.
-func (h *hotSet) CopySealed(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error) {
-	var out []DonorPiece
-	for k, rg := range ranges {
-		i := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart >= rg.Start })
-		for ; i < len(h.blocks); i++ {
-			b := h.blocks[i]
-			if b.vstart+b.n > rg.End {
-				break
-			}
-			where := b.res.copyTier()
-			if b.n == 0 || where == tiers.None {
-				continue
-			}
-			kv, err := h.env.Tiers.Fetch(ctx, where, b.id, b.ssdKey, nil)
-			if err != nil {
-				if ctx.Err() != nil {
-					return nil, false, EngineErr(ctx.Err())
-				}
-				continue
-			}
-			out = append(out, DonorPiece{Range: k, Src: b.vstart, R: engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}})
-		}
-	}
-	return out, false, nil
-}
-
-func (h *hotSet) DonorCopy() func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
-	return h.CopySealed
-}
-
-func (d *denseLayout) DonorCopy() func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
-	return nil
-}
-
-// worthCopying drops the runs of the donors whose tokens would prefill
-// faster than their copy takes (prefix: the tokens already taken from
-// prefixDonor's exact prefix) and returns how many tokens it dropped.
-func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, prefixDonor, prefix int) ([]policy.ReuseRun, int) {
+// worthCopying drops the parts of the donors' runs that lie at or past
+// their TailFrom (what only their engine state holds) when those tokens
+// would prefill faster than the copy takes (prefix: the tokens [kept,
+// from) taken from prefixDonor's exact prefix) and returns how many tokens
+// it dropped.
+func worthCopying(donors []Donor, runs []policy.ReuseRun, perToken float64, prefixDonor, kept, from int) ([]policy.ReuseRun, int) {
 	saved := make([]int, len(donors))
 	for _, r := range runs {
 		if r.Donor > 0 {
-			saved[r.Donor-1] += r.Len
+			saved[r.Donor-1] += max(0, r.Src+r.Len-max(r.Src, donors[r.Donor-1].TailFrom))
 		}
 	}
 	if prefixDonor >= 0 {
-		saved[prefixDonor] += prefix
+		saved[prefixDonor] += max(0, from-max(kept, donors[prefixDonor].TailFrom))
 	}
 	out, dropped := runs[:0:0], 0
 	for _, r := range runs {
-		if r.Donor > 0 && !policy.DonorWorthCopying(saved[r.Donor-1], perToken, donors[r.Donor-1].CopySeconds) {
-			dropped += r.Len
-			continue
+		if r.Donor > 0 && saved[r.Donor-1] > 0 && !policy.DonorWorthCopying(saved[r.Donor-1], perToken, donors[r.Donor-1].CopySeconds) {
+			keep := max(0, min(r.Len, donors[r.Donor-1].TailFrom-r.Src))
+			dropped += r.Len - keep
+			if keep == 0 {
+				continue
+			}
+			r.Len = keep
 		}
 		out = append(out, r)
 	}
@@ -237,7 +237,7 @@ func moreRuns(tape *Tape, target Prompt, donors []Donor, held []policy.HeldTape,
 	if d, end := policy.DonorPrefix(commonOnly(held), target.Tokens, from); d >= 0 {
 		runs = policy.MergeRuns(runs, policy.PrefixGaps(runs, from, end, d+1), from)
 	}
-	return worthCopying(donors, runs, perToken, prefixDonor, from-kept)
+	return worthCopying(donors, runs, perToken, prefixDonor, kept, from)
 }
 
 // donorFailed records in r that copying from other sessions failed with
@@ -250,4 +250,14 @@ func donorFailed(r *SyncResult, err error) donorCopy {
 	}
 	r.ReuseChoice += fmt.Sprintf("copying from other sessions failed (%v): prefilled instead", err)
 	return donorCopy{}
+}
+
+func (d *denseLayout) DonorCopy(EngineCopy) func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
+	return nil
+}
+
+// DonorFacts: a dense tape sits at its positions; all of it is in the
+// engine state.
+func (d *denseLayout) DonorFacts() (exact, tailFrom int) {
+	return d.tape.ExactTokens(len(d.tape.tokens)), 0
 }

@@ -53,6 +53,10 @@ type hotSet struct {
 	diag       []string
 	mark       *turnMark // the layout where the last turn started (hotturn.go)
 	shortfall  bool      // the last plan applied could not admit every block it named
+	// declined counts the tokens cuts chose to prefill again rather than
+	// read back (policy.PartialBlockWorthCopying); the sync reports them
+	// in its budget.
+	declined int
 }
 
 const tailID = math.MaxUint64
@@ -110,9 +114,11 @@ func (h *hotSet) note(s string) {
 	}
 }
 
-// Cut keeps tape[:n] (rounded down to a block boundary when n falls inside
-// a sealed block) and returns the length kept. A cut back to where the
-// last turn started restores the layout it had there (hotturn.go).
+// Cut keeps tape[:n] and returns the length kept: n, or, when n falls
+// inside a sealed block whose KV is nowhere (or which policy finds cheaper
+// to prefill again than to read back), the start of that block. A cut
+// back to where the last turn started restores the layout it had there
+// (hotturn.go).
 func (h *hotSet) Cut(ctx context.Context, n int) (int, error) {
 	if h.turnChoice(n).Restore {
 		if err := h.restoreTurn(ctx); err != nil {
@@ -120,11 +126,14 @@ func (h *hotSet) Cut(ctx context.Context, n int) (int, error) {
 		}
 		return n, nil
 	}
-	return h.cut(n)
+	return h.cut(ctx, n)
 }
 
-// cut is Cut without the turn's layout.
-func (h *hotSet) cut(n int) (int, error) {
+// cut is Cut without the turn's layout. The sealed block n falls in stops
+// being a block: its first tokens, up to n, become the open tail again,
+// their KV taken from the engine or read back from the block's copy and
+// put at the end of the layout (kept KV: what was exact stays exact).
+func (h *hotSet) cut(ctx context.Context, n int) (int, error) {
 	tape, ectx := h.tape, h.env.Engine
 	if n >= len(tape.tokens) {
 		return len(tape.tokens), nil
@@ -142,6 +151,12 @@ func (h *hotSet) cut(n int) (int, error) {
 	}
 	k := sort.Search(len(h.blocks), func(i int) bool { return h.blocks[i].vstart+h.blocks[i].n > n })
 	keep := h.blocks[k].vstart
+	head, err := h.blockHead(ctx, h.blocks[k], n-keep)
+	if err != nil {
+		return 0, err
+	}
+	headToks := append([]engine.Token(nil), tape.tokens[keep:n]...)
+	spans, approxFrom, expireFrom := ClipSpans(tape.spans, n), tape.approxFrom, tape.expireFrom
 	for _, b := range h.blocks[k:] {
 		if b.res.inEngine() {
 			if _, err := ectx.Remove(b.pstart, b.pstart+b.n); err != nil {
@@ -163,7 +178,57 @@ func (h *hotSet) cut(n int) (int, error) {
 	if err := h.compact(); err != nil {
 		return 0, err
 	}
-	return keep, nil
+	if len(headToks) == 0 || head.r.Count == 0 {
+		return keep, nil
+	}
+	if done, err := h.appendKV(ctx, head, headToks, false); err != nil || !done {
+		return keep, err
+	}
+	tape.spans = spans
+	if approxFrom >= keep && approxFrom < n {
+		tape.approxFrom = approxFrom
+	}
+	if expireFrom >= keep && expireFrom < n {
+		tape.expireFrom = expireFrom
+	}
+	return n, nil
+}
+
+// blockHead is the KV of block b's first m tokens: from the engine, or its
+// whole copy read back to be trimmed; an empty piece when there is none
+// (no copy, an unreadable one) or policy finds prefilling them cheaper
+// (counted in h.declined).
+func (h *hotSet) blockHead(ctx context.Context, b *hotBlock, m int) (kvPiece, error) {
+	switch {
+	case m <= 0:
+		return kvPiece{}, nil
+	case b.res.inEngine():
+		r, err := h.env.Engine.ExtractRange(b.pstart, b.pstart+m)
+		if err != nil {
+			return kvPiece{}, EngineErr(err)
+		}
+		return kvPiece{r: r}, nil
+	case b.res.copyTier() == tiers.None:
+		return kvPiece{}, nil
+	case !partWorthCopying(h.env, m, b.n):
+		h.declined += m
+		return kvPiece{}, nil
+	}
+	kv, err := h.env.Tiers.Fetch(ctx, b.res.copyTier(), b.id, b.ssdKey, nil)
+	if err != nil {
+		if ctx.Err() != nil {
+			return kvPiece{}, EngineErr(ctx.Err())
+		}
+		return kvPiece{}, nil
+	}
+	return kvPiece{r: engine.Range{Pos0: b.pos0, Count: b.n, Blob: kv}, n: m}, nil
+}
+
+// takeDeclined returns and resets the tokens cuts chose to prefill again.
+func (h *hotSet) takeDeclined() int {
+	n := h.declined
+	h.declined = 0
+	return n
 }
 
 // Sync keeps the common prefix, then streams the rest in; with retrieve,
@@ -222,6 +287,10 @@ func (h *hotSet) sync(ctx context.Context, target Prompt, needLogits, keepTail, 
 	r.Dropped = before - kept
 	r.Reused = kept
 	r.Approximate = min(r.Approximate, kept-tape.ExactTokens(kept))
+	if d := h.takeDeclined(); d > 0 {
+		r.Budget += d
+		r.Recomputed += d
+	}
 	tape.spans = target.Spans
 	newToks := target.Tokens[kept:]
 	if retrieve && len(newToks) > 0 {

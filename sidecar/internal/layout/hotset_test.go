@@ -197,21 +197,3 @@ func TestCancelledSSDAdmissionKeepsBlocksSpilled(t *testing.T) {
 		t.Fatalf("the next turn admitted %d blocks, %d of them from the SSD tier", x.count.admitted-admitted, fromSSD)
 	}
 }
-
-// Cutting the tape inside a sealed block keeps whole blocks only and
-// frees the copies of the blocks it drops.
-func TestHotSetCutRoundsDownToABlock(t *testing.T) {
-	x := newTestHotSet(t, 1<<20)
-	hay := randomTokens(3, 1000)
-	if _, err := x.h.Sync(context.Background(), prompt(hay, nil), false, true, false); err != nil {
-		t.Fatal(err)
-	}
-	kept, err := x.h.Cut(context.Background(), 500)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x.check(t)
-	if kept > 500 || (kept-4)%64 != 0 || len(x.tape.tokens) != kept {
-		t.Fatalf("cut at 500 kept %d tokens (tape %d): want a block boundary at or below 500", kept, len(x.tape.tokens))
-	}
-}

@@ -156,7 +156,7 @@ func (h *hotSet) restoreTurn(ctx context.Context) error {
 		}
 		if err := ectx.Decode(ctx, []engine.Token{tape.tokens[m.at-1]}, p); err != nil {
 			// The cell is gone: drop the token so tape and KV agree.
-			return h.dropLast(EngineErr(err))
+			return h.dropLast(ctx, EngineErr(err))
 		}
 		tape.logitsAt = m.at
 	}
@@ -173,15 +173,16 @@ func (h *hotSet) cutFailed(err error) error {
 
 // dropLast drops the tape's last token, whose cell is gone, and returns
 // err.
-func (h *hotSet) dropLast(err error) error {
+func (h *hotSet) dropLast(ctx context.Context, err error) error {
 	tape := h.tape
 	n := len(tape.tokens) - 1
 	if n >= h.tailV {
 		tape.Keep(n)
 		return err
 	}
-	// It was in the last sealed block: that block goes, as Cut would.
-	if _, cerr := h.cut(n); cerr != nil {
+	// It was in the last sealed block: the block's other tokens become the
+	// open tail, as Cut does.
+	if _, cerr := h.cut(ctx, n); cerr != nil {
 		return fmt.Errorf("%w (and cutting back: %w)", err, cerr)
 	}
 	return err

@@ -38,9 +38,10 @@ type Layout interface {
 	// AppendTokens decodes toks after the tape.
 	AppendTokens(ctx context.Context, toks []engine.Token) error
 	// Cut drops the tape and its KV from tape index n on (a hot set keeps
-	// less: up to the start of the block n falls in, or, cut back to
-	// where its last turn started, restores that turn's layout) and
-	// returns the length kept.
+	// less only when the block n falls in has no KV left anywhere, or
+	// policy finds it cheaper to prefill its part again: up to the start
+	// of that block; cut back to where its last turn started, it restores
+	// that turn's layout) and returns the length kept.
 	Cut(ctx context.Context, n int) (int, error)
 	// Clear empties the session in the engine and the tiers.
 	Clear() error
@@ -68,7 +69,14 @@ type Layout interface {
 	// DonorCopy is how another session copies this one's KV (Donor.Copy,
 	// donor.go) without touching it; nil when only the daemon can (a dense
 	// session's KV is resident or parked by the slot).
-	DonorCopy() func(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error)
+	// A hot set copies its sealed blocks from the tiers and what only its
+	// engine state holds through ec.
+	DonorCopy(ec EngineCopy) func(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error)
+	// DonorFacts are what other sessions copying from this one weigh:
+	// how many of its first tokens hold a cold prefill's KV at their tape
+	// positions, and from which tape index its KV is only in its engine
+	// state (Donor).
+	DonorFacts() (exact, tailFrom int)
 }
 
 // Env is what a layout uses of the daemon: the loaded model's engine and
@@ -109,6 +117,10 @@ type ReuseSettings struct {
 	Mode           policy.ReuseMode
 	Cost           policy.PrefillCost
 	LatencySeconds float64
+	// CopySecondsPerToken is the measured time to copy one token's KV
+	// (0: not measured yet): what bringing a whole block back to keep
+	// part of it costs (policy.PartialBlockWorthCopying).
+	CopySecondsPerToken float64
 }
 
 // Counters count what hot sets do (the daemon's metrics).

@@ -14,15 +14,16 @@ import (
 // to a prompt past its first change as a live session does (donor.go): a
 // sub-agent after its main session closed, a new session after ctxd
 // restarted whose system prompt's date changed. Its Copy reads the
-// blocks lying wholly inside the ranges from the arena; the tape is only
-// read (it stays an orphan, for the next prompt too). What a block does
-// not cover at a range's ends is prefilled and counted recomputed.
+// blocks overlapping the ranges from the arena; the tape is only
+// read (it stays an orphan, for the next prompt too). A block a range
+// covers in part is trimmed as a live hot-set donor's is (hotdonor.go).
 
 // OrphanDonors are the orphan tapes of t a prompt built under compat may
 // copy segments from (policy.ChooseOrphanDonors: with spans, the same
-// key, the most recent first, bounded), as donors. The caller holds the
-// engine token.
-func OrphanDonors(t *tiers.Tiers, compat string) []Donor {
+// key, the most recent first, bounded), as donors; env is the receiving
+// session's (its costs weigh a partial block's copy against its
+// prefill). The caller holds the engine token.
+func OrphanDonors(t *tiers.Tiers, compat string, env *Env) []Donor {
 	orphans := t.Orphans()
 	cands := make([]policy.OrphanDonorCandidate, len(orphans))
 	for i, o := range orphans {
@@ -31,16 +32,18 @@ func OrphanDonors(t *tiers.Tiers, compat string) []Donor {
 	var out []Donor
 	for _, i := range policy.ChooseOrphanDonors(cands) {
 		o := orphans[i]
-		out = append(out, Donor{ID: o.Session, Tokens: o.Tokens, Spans: tapeSpans(o.Spans), Copy: orphanCopy(t, o)})
+		out = append(out, Donor{ID: o.Session, Tokens: o.Tokens, Spans: tapeSpans(o.Spans), Copy: orphanCopy(t, o, env)})
 	}
 	return out
 }
 
-// orphanCopy is an orphan tape's Donor.Copy: the blocks lying wholly
-// inside the ranges, read from the arena. A block that cannot be read
-// (freed meanwhile for room, corrupt) is left out and prefilled; a
-// cancelled context stops the copy.
-func orphanCopy(t *tiers.Tiers, o *tiers.OrphanTape) func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
+// orphanCopy is an orphan tape's Donor.Copy: the blocks overlapping the
+// ranges, read from the arena; a block a range covers only in part comes
+// whole with the part marked (the recipient trims it, kvpart.go), or,
+// when prefilling that part is cheaper (partWorthCopying), as a piece to
+// prefill. A block that cannot be read (freed meanwhile for room,
+// corrupt) is left out and prefilled; a cancelled context stops the copy.
+func orphanCopy(t *tiers.Tiers, o *tiers.OrphanTape, env *Env) func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
 	starts := make([]int, len(o.Blocks)+1)
 	for i, m := range o.Blocks {
 		starts[i+1] = starts[i] + m.NTokens
@@ -48,16 +51,31 @@ func orphanCopy(t *tiers.Tiers, o *tiers.OrphanTape) func(context.Context, []pol
 	return func(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error) {
 		var out []DonorPiece
 		for k, rg := range ranges {
-			for i := sort.SearchInts(starts[:len(o.Blocks)], rg.Start); i < len(o.Blocks) && starts[i+1] <= rg.End; i++ {
+			i := sort.Search(len(o.Blocks), func(i int) bool { return starts[i+1] > rg.Start })
+			for ; i < len(o.Blocks) && starts[i] < rg.End; i++ {
 				if err := ctx.Err(); err != nil {
 					return nil, false, EngineErr(err)
 				}
 				m := o.Blocks[i]
-				kv, err := t.ReadParked(m.ID, nil)
-				if err != nil || m.NTokens == 0 {
+				if m.NTokens == 0 {
 					continue
 				}
-				out = append(out, DonorPiece{Range: k, Src: starts[i], R: engine.Range{Pos0: int(m.Pos), Count: m.NTokens, Blob: kv}})
+				lo, hi := max(rg.Start, starts[i])-starts[i], min(rg.End, starts[i+1])-starts[i]
+				pc := DonorPiece{Range: k, Src: starts[i] + lo}
+				if hi-lo < m.NTokens {
+					pc.Lo, pc.N = lo, hi-lo
+					if !partWorthCopying(env, hi-lo, m.NTokens) {
+						pc.Prefill = true
+						out = append(out, pc)
+						continue
+					}
+				}
+				kv, err := t.ReadParked(m.ID, nil)
+				if err != nil {
+					continue
+				}
+				pc.R = engine.Range{Pos0: int(m.Pos), Count: m.NTokens, Blob: kv}
+				out = append(out, pc)
 			}
 		}
 		return out, false, nil

@@ -76,10 +76,13 @@ func (sr segmentReuse) moves(kept int) bool { return len(sr.plan.Runs) > 0 || sr
 // planReuse matches target's segments past kept (where it first differs
 // from the tape) with the tape's and, for those it does not hold, with
 // the donors' (target.Donors), and asks policy what to move. With
-// exactPrefix a dense donor's prefix equal to target's may extend kept
-// (copied at the same positions). ok is false when nothing is moved: the
+// exactEnd (the session's kept prefix sits at its tape positions) a
+// donor's exact prefix equal to target's may extend kept (copied at the
+// same positions), up to exactEnd of where it ends and the tokens the
+// prompt will hold; what it leaves is the donor's common prefix, copied
+// approximately. ok is false when nothing is moved: the
 // caller prefills past kept as usual.
-func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits, keepTail, exactPrefix bool, r *SyncResult) (segmentReuse, bool, error) {
+func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits, keepTail bool, exactEnd func(end, total int) int, r *SyncResult) (segmentReuse, bool, error) {
 	donors := target.Donors
 	if env.Reuse == nil || (kept >= len(tape.tokens) && len(donors) == 0) {
 		return segmentReuse{}, false, nil
@@ -99,14 +102,6 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 	prefixDonor, from := -1, kept
 	perToken := set.Cost.TurnSeconds(1, len(target.Tokens))
 	declined := 0 // tokens other sessions hold, prefilled because a copy would take longer
-	if exactPrefix {
-		prefixDonor, from = policy.DonorPrefix(held, target.Tokens, kept)
-		if prefixDonor >= 0 && !policy.DonorWorthCopying(from-kept, perToken, donors[prefixDonor].CopySeconds) {
-			// Not worth it alone: the same tokens come back below as the
-			// donor's common prefix, weighed with its other runs.
-			prefixDonor, from = -1, kept
-		}
-	}
 	full := target
 	var runs []policy.ReuseRun
 	if kept < len(tape.tokens) {
@@ -134,6 +129,27 @@ func planReuse(env *Env, tape *Tape, target Prompt, kept, limit int, needLogits,
 			var tail policy.ReuseRun
 			full, tail = tape.withTail(target, tailFrom)
 			runs = append(runs, tail)
+		}
+	}
+	if exactEnd != nil {
+		prefixDonor, from = policy.DonorPrefix(held, target.Tokens, kept)
+		if prefixDonor >= 0 {
+			if from = max(kept, exactEnd(from, len(full.Tokens))); from == kept {
+				prefixDonor = -1
+			}
+		}
+		if prefixDonor >= 0 {
+			// What only the donor's engine state holds is weighed against
+			// that copy's cost (a hot set's sealed blocks are not).
+			tailFrom := max(kept, donors[prefixDonor].TailFrom)
+			if from > tailFrom && !policy.DonorWorthCopying(from-tailFrom, perToken, donors[prefixDonor].CopySeconds) {
+				// Not worth it alone: the same tokens come back below as
+				// the donor's common prefix, weighed with its other runs.
+				from = tailFrom
+				if from == kept {
+					prefixDonor = -1
+				}
+			}
 		}
 	}
 	runs, dropped := moreRuns(tape, target, donors, held, runs, kept, from, prefixDonor, mode != policy.ReuseExact, perToken)
@@ -194,7 +210,7 @@ func countReuse(r *SyncResult, tape *Tape, target Prompt, sr segmentReuse, kept,
 // with a nil error: the caller prefills past kept as usual.
 func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, needLogits, keepTail bool, r *SyncResult) (bool, error) {
 	tape := d.tape
-	sr, ok, err := planReuse(d.env, tape, target, kept, d.env.ContextTokens, needLogits, keepTail, true, r)
+	sr, ok, err := planReuse(d.env, tape, target, kept, d.env.ContextTokens, needLogits, keepTail, func(end, _ int) int { return end }, r)
 	if !ok || err != nil {
 		return false, err
 	}
@@ -232,15 +248,17 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		}
 		dc = donorFailed(r, err) // the copy is an optimisation: its failure costs a prefill, not the turn
 	}
+	r.Budget += dc.declined
 	tape.logitsAt = -1
 	for _, pc := range dc.prefix { // at the donor's positions: exact
 		if pc.dst != len(tape.tokens) {
 			break // a hole: the rest is prefilled
 		}
-		if err := d.env.Engine.InsertRange(pc.r, pc.dst); err != nil {
+		lo, n := pc.want()
+		if err := insertPart(d.env.Engine, pc.r, lo, n, pc.dst); err != nil {
 			return true, EngineErr(err)
 		}
-		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+pc.r.Count]...)
+		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+n]...)
 		base = len(tape.tokens)
 	}
 	pieces = mergePieces(pieces, dc.runs)
@@ -251,14 +269,15 @@ func (d *denseLayout) segmentSync(ctx context.Context, target Prompt, kept int, 
 		if err := d.prefill(ctx, full, len(tape.tokens), pc.dst); err != nil {
 			return true, err
 		}
-		if err := d.env.Engine.InsertRange(pc.r, pc.dst); err != nil {
+		lo, n := pc.want()
+		if err := insertPart(d.env.Engine, pc.r, lo, n, pc.dst); err != nil {
 			return true, EngineErr(err)
 		}
 		pieces[i] = kvPiece{} // let its bytes go
 		tape.markApprox(pc.dst)
-		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+pc.r.Count]...)
+		tape.tokens = append(tape.tokens, full.Tokens[pc.dst:pc.dst+n]...)
 		tape.logitsAt = -1
-		moved = append(moved, policy.ReuseRun{Dst: pc.dst, Len: pc.r.Count})
+		moved = append(moved, policy.ReuseRun{Dst: pc.dst, Len: n})
 	}
 	if err := d.prefill(ctx, full, len(tape.tokens), len(full.Tokens)); err != nil {
 		return true, err

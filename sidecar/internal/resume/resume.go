@@ -99,8 +99,7 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 		// The snapshot may go on past target (tokens its session
 		// generated, or another suffix): resume only the common prefix,
 		// and the unchanged segments past the first change, if any (a
-		// hot set cuts at a block's start: the segments it holds from
-		// there on are prefilled instead).
+		// hot set keeps the head of the block the cut falls in).
 		_, err = l.Cut(ctx, plan.Upto)
 		rep.Tokens = int64(t.Len())
 	}
