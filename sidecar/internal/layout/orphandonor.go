@@ -32,9 +32,27 @@ func OrphanDonors(t *tiers.Tiers, compat string, env *Env) []Donor {
 	var out []Donor
 	for _, i := range policy.ChooseOrphanDonors(cands) {
 		o := orphans[i]
-		out = append(out, Donor{ID: o.Session, Tokens: o.Tokens, Spans: tapeSpans(o.Spans), Copy: orphanCopy(t, o, env)})
+		out = append(out, Donor{ID: o.Session, Tokens: o.Tokens, Spans: tapeSpans(o.Spans), Exact: orphanExact(o), TailFrom: len(o.Tokens), Copy: orphanCopy(t, o, env)})
 	}
 	return out
+}
+
+// orphanExact is how many of an orphan tape's first tokens hold a cold
+// prefill's KV at their tape positions (as a live hot set's DonorFacts):
+// its blocks up to the first one parked from another position (an
+// eviction had moved the stream) or past its approximate mark.
+func orphanExact(o *tiers.OrphanTape) int {
+	at := 0
+	for _, m := range o.Blocks {
+		if int(m.Pos) != at {
+			break
+		}
+		at += m.NTokens
+	}
+	if o.ApproxFrom >= 0 {
+		at = min(at, o.ApproxFrom)
+	}
+	return at
 }
 
 // orphanCopy is an orphan tape's Donor.Copy: the blocks overlapping the
