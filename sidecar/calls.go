@@ -464,8 +464,11 @@ func (srv *Server) dropSession(ctx context.Context, sess *session) error {
 	sess.closed = true
 	if srv.slot.model != nil {
 		// Its parked blocks stay for a later session to resume, unless it
-		// was opened ephemeral ("cold").
-		sess.layout.Release(!sess.ephemeral)
+		// was opened ephemeral ("cold"); a hot set's open tail too, taken
+		// from the engine (tiers/orphantail.go).
+		keep := !sess.ephemeral
+		resident := keep && sess.layout.Mode() == "hot" && srv.tiers.HasArena() && sess.tape.Len() > 0 && srv.slot.makeResident(sess) == nil
+		sess.layout.Release(keep, resident)
 		srv.slot.forget(sess)
 	}
 	srv.slot.holders--

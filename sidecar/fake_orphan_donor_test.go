@@ -17,23 +17,30 @@ func orphanPrompt(sys, tools, conv []int32) *pb.Manifest {
 		seg("conv", pb.SegmentKind_SEGMENT_KIND_USER_TURN, conv))
 }
 
-// orphanAfterRestart runs a hot-set session on sys+tools+conv, restarts
-// the daemon (the session's parked blocks stay in the arena as an orphan
-// tape, with their segment spans) and returns the restarted daemon; with
-// restart false the session only closes.
+// orphanAfterRestart runs a hot-set session on sys+tools+conv and a
+// 4-token reply, restarts the daemon (the session's parked blocks and its
+// open tail stay in the arena as an orphan tape, with their segment
+// spans) and returns the restarted daemon; with restart false the session
+// only closes.
 func orphanAfterRestart(t *testing.T, sys, tools, conv []int32, restart bool) *fakeDaemon {
+	d, _ := orphanReply(t, sys, tools, conv, restart)
+	return d
+}
+
+// orphanReply is orphanAfterRestart, also returning the reply.
+func orphanReply(t *testing.T, sys, tools, conv []int32, restart bool) (*fakeDaemon, []int32) {
 	cfg := hotConfig()
 	cfg.ReuseLatency = time.Nanosecond // no recompute budget: every matched token is moved
 	d := startFake(t, cfg, enginefake.Options{})
 	a := d.open("a")
 	d.mustEnsure(a, orphanPrompt(sys, tools, conv))
 	d.mustSuffix(a)
-	d.greedy(a, 4)
+	reply := d.greedy(a, 4)
 	if !restart {
 		d.closeSession(a)
-		return d
+		return d, reply
 	}
-	return d.restart()
+	return d.restart(), reply
 }
 
 // After a restart (or the session's close), a new session whose system
@@ -88,10 +95,12 @@ func orphanLends(t *testing.T, restart bool) {
 // When the change comes late enough for the new session to adopt the
 // orphan tape's common prefix, the tape's unchanged segments past the
 // change are kept too (the resume plans them as for a snapshot) and moved
-// into place: only the changed block is prefilled.
+// into place: only the changed block is prefilled. What the tape held
+// after them (the reply) is kept behind the new prefix, as the closed
+// session's ensure-prefix call would have kept it.
 func TestFakeOrphanAdoptedPastTheChange(t *testing.T) {
 	sys, tools, conv := ids(1, 195, 0, 250), ids(2, 1024, 0, 250), ids(3, 128, 0, 250)
-	d := orphanAfterRestart(t, sys, tools, conv, true)
+	d, reply := orphanReply(t, sys, tools, conv, true)
 	sys2 := slices.Clone(sys)
 	for i := 131; i < 135; i++ {
 		sys2[i]++ // the date, at tape index 132: a block boundary
@@ -105,7 +114,55 @@ func TestFakeOrphanAdoptedPastTheChange(t *testing.T) {
 	if ex := d.explain(b); !strings.Contains(ex.GetRestore().GetChoice(), "unchanged segments") {
 		t.Fatalf("restore report %q does not say segments were kept", ex.GetRestore().GetChoice())
 	}
-	checkHotLayout(t, d, b, withBOS(sys2, tools, conv))
+	checkHotLayout(t, d, b, append(withBOS(sys2, tools, conv), reply...))
 	d.mustSuffix(b)
 	d.greedy(b, 3)
+}
+
+// A closed session's open tail — the end of its conversation and its
+// reply, under one block, never sealed — is parked beside its orphan tape
+// and lent with it, after a close and after a restart: a new session
+// whose system prompt's date changed copies the tools and the whole
+// conversation (the tail's part included), and prefills only the changed
+// system prompt. When the change comes late enough to adopt the tape, the
+// tail's segments are kept too.
+func TestFakeOrphanLendsItsTail(t *testing.T) {
+	for _, restart := range []bool{true, false} {
+		t.Run(map[bool]string{true: "restart", false: "closed"}[restart], func(t *testing.T) {
+			// 68 + 1024 + 100 = 1192 tokens: 4 sinks, 18 blocks, a 36-token tail.
+			sys, tools, conv := ids(1, 67, 0, 250), ids(2, 1024, 0, 250), ids(3, 100, 0, 250)
+			d := orphanAfterRestart(t, sys, tools, conv, restart)
+			sys2 := slices.Clone(sys)
+			for i := 3; i < 7; i++ {
+				sys2[i]++ // the date, before anything could be adopted
+			}
+			b := d.open("b")
+			r := d.mustEnsure(b, orphanPrompt(sys2, tools, conv))
+			t.Logf("donor: %+v", r)
+			newTokens := int64(len(withBOS(sys2))) - (r.GetReusedTokens() - r.GetApproximateTokens())
+			if r.GetResumedSnapshot() != "" || r.GetApproximateTokens() != 1124 || r.GetPrefilledTokens() > newTokens+r.GetRecomputeBudgetTokens() {
+				t.Fatalf("%+v: want the tools and the conversation (1124 tokens, the tail's included) copied, %d prefilled", r, newTokens)
+			}
+			checkHotLayout(t, d, b, withBOS(sys2, tools, conv))
+			d.mustSuffix(b)
+			d.greedy(b, 3)
+		})
+	}
+	t.Run("adopted", func(t *testing.T) {
+		sys, tools, conv := ids(1, 195, 0, 250), ids(2, 1024, 0, 250), ids(3, 100, 0, 250)
+		d, reply := orphanReply(t, sys, tools, conv, true)
+		sys2 := slices.Clone(sys)
+		for i := 131; i < 135; i++ {
+			sys2[i]++ // the date, at tape index 132: a block boundary
+		}
+		b := d.open("b")
+		r := d.mustEnsure(b, orphanPrompt(sys2, tools, conv))
+		t.Logf("adopted: %+v", r)
+		if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 1124 || r.GetPrefilledTokens() != 64 {
+			t.Fatalf("%+v: want the prefix adopted, the tools and conversation (1124, the tail's included) moved, 64 prefilled", r)
+		}
+		checkHotLayout(t, d, b, append(withBOS(sys2, tools, conv), reply...))
+		d.mustSuffix(b)
+		d.greedy(b, 3)
+	})
 }

@@ -135,7 +135,7 @@ func (d *denseLayout) Clear() error {
 }
 
 func (d *denseLayout) Reset()       { d.tape.Reset() }
-func (d *denseLayout) Release(bool) {}
+func (d *denseLayout) Release(bool, bool) {}
 
 func (d *denseLayout) Explain(*pb.ExplainReply) [][2]int { return [][2]int{{0, len(d.tape.tokens)}} }
 

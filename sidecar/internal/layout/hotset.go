@@ -334,16 +334,16 @@ func (h *hotSet) Reset() {
 }
 
 // Release frees the blocks' SSD pins and, with keep, leaves the parked
-// blocks as an orphan tape (adopt.go); the rest of the arena copies are
-// freed.
-func (h *hotSet) Release(keep bool) {
+// blocks as an orphan tape (adopt.go), with resident its open tail too
+// (tiers/orphantail.go); the rest of the arena copies are freed.
+func (h *hotSet) Release(keep, resident bool) {
 	for _, b := range h.blocks {
 		if b.res.copyTier() == tiers.SSD {
 			h.dropCopy(b)
 		}
 	}
 	if keep && h.env.Tiers.HasArena() {
-		h.orphanBlocks()
+		h.orphanBlocks(resident)
 		h.blocks = nil
 	}
 	for _, b := range h.blocks {

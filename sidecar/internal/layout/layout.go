@@ -50,8 +50,9 @@ type Layout interface {
 	Reset()
 	// Release frees what the session keeps below the engine as it closes;
 	// with keep, a hot set's parked blocks stay as an orphan tape for a
-	// later session to resume.
-	Release(keep bool)
+	// later session to resume, and with resident (the session is the
+	// engine's: the one method that may run without) its open tail too.
+	Release(keep, resident bool)
 	// Explain fills the layout's figures and returns the tape ranges that
 	// are in the engine.
 	Explain(rep *pb.ExplainReply) [][2]int

@@ -2,10 +2,12 @@ package layout
 
 import (
 	"context"
+	"slices"
 	"sort"
 
 	"github.com/ctxd/ctxd/engine"
 	"github.com/ctxd/ctxd/policy"
+	"github.com/ctxd/ctxd/shm"
 	"github.com/ctxd/ctxd/sidecar/internal/tiers"
 )
 
@@ -13,8 +15,9 @@ import (
 // recorded with its blocks (orphanspans.go) lends its unchanged segments
 // to a prompt past its first change as a live session does (donor.go): a
 // sub-agent after its main session closed, a new session after ctxd
-// restarted whose system prompt's date changed. Its Copy reads the
-// blocks overlapping the ranges from the arena; the tape is only
+// restarted whose system prompt's date changed. Its tokens are its
+// blocks' and its open tail's (tiers/orphantail.go); its Copy reads the
+// blocks, and the tail, overlapping the ranges from the arena; the tape is only
 // read (it stays an orphan, for the next prompt too). A block a range
 // covers in part is trimmed as a live hot-set donor's is (hotdonor.go).
 
@@ -32,18 +35,20 @@ func OrphanDonors(t *tiers.Tiers, compat string, env *Env) []Donor {
 	var out []Donor
 	for _, i := range policy.ChooseOrphanDonors(cands) {
 		o := orphans[i]
-		out = append(out, Donor{ID: o.Session, Tokens: o.Tokens, Spans: tapeSpans(o.Spans), Exact: orphanExact(o), TailFrom: len(o.Tokens), Copy: orphanCopy(t, o, env)})
+		toks := o.TailTokens()
+		out = append(out, Donor{ID: o.Session, Tokens: toks, Spans: tapeSpans(o.Spans), Exact: orphanExact(o), TailFrom: len(toks), Copy: orphanCopy(t, o, env)})
 	}
 	return out
 }
 
 // orphanExact is how many of an orphan tape's first tokens hold a cold
 // prefill's KV at their tape positions (as a live hot set's DonorFacts):
-// its blocks up to the first one parked from another position (an
-// eviction had moved the stream) or past its approximate mark.
+// its blocks, then its tail, up to the first one parked from another
+// position (an eviction had moved the stream) or past its approximate
+// mark.
 func orphanExact(o *tiers.OrphanTape) int {
 	at := 0
-	for _, m := range o.Blocks {
+	for _, m := range orphanPieces(o) {
 		if int(m.Pos) != at {
 			break
 		}
@@ -62,19 +67,20 @@ func orphanExact(o *tiers.OrphanTape) int {
 // prefill. A block that cannot be read (freed meanwhile for room,
 // corrupt) is left out and prefilled; a cancelled context stops the copy.
 func orphanCopy(t *tiers.Tiers, o *tiers.OrphanTape, env *Env) func(context.Context, []policy.SpanRange) ([]DonorPiece, bool, error) {
-	starts := make([]int, len(o.Blocks)+1)
-	for i, m := range o.Blocks {
+	blocks := orphanPieces(o)
+	starts := make([]int, len(blocks)+1)
+	for i, m := range blocks {
 		starts[i+1] = starts[i] + m.NTokens
 	}
 	return func(ctx context.Context, ranges []policy.SpanRange) ([]DonorPiece, bool, error) {
 		var out []DonorPiece
 		for k, rg := range ranges {
-			i := sort.Search(len(o.Blocks), func(i int) bool { return starts[i+1] > rg.Start })
-			for ; i < len(o.Blocks) && starts[i] < rg.End; i++ {
+			i := sort.Search(len(blocks), func(i int) bool { return starts[i+1] > rg.Start })
+			for ; i < len(blocks) && starts[i] < rg.End; i++ {
 				if err := ctx.Err(); err != nil {
 					return nil, false, EngineErr(err)
 				}
-				m := o.Blocks[i]
+				m := blocks[i]
 				if m.NTokens == 0 {
 					continue
 				}
@@ -98,4 +104,13 @@ func orphanCopy(t *tiers.Tiers, o *tiers.OrphanTape, env *Env) func(context.Cont
 		}
 		return out, false, nil
 	}
+}
+
+// orphanPieces are an orphan tape's blocks, then its tail as one more
+// (read from the arena the same way: tiers/orphantail.go).
+func orphanPieces(o *tiers.OrphanTape) []shm.Meta {
+	if o.Tail == nil {
+		return o.Blocks
+	}
+	return append(slices.Clip(o.Blocks), shm.Meta{ID: o.Tail.ID, Pos: o.Tail.Pos, NTokens: len(o.Tail.Tokens)})
 }

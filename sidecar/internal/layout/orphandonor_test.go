@@ -39,7 +39,7 @@ func TestOrphanDonorLendsSegments(t *testing.T) {
 	if _, err := x.h.Sync(ctx, agentPrompt("k", sys, tools, conv), false, true, false); err != nil {
 		t.Fatal(err)
 	}
-	x.h.Release(true)
+	x.h.Release(true, true)
 	x.ectx.Clear()
 	orphans := x.h.env.Tiers.Orphans()
 	if len(orphans) != 1 || len(orphans[0].Spans) != 3 || orphans[0].Compat != "k" {
@@ -89,7 +89,7 @@ func TestOrphanDonorLendsPartialBlocks(t *testing.T) {
 	if _, err := x.h.Sync(ctx, agentPrompt("k", sys, tools, conv), false, true, false); err != nil {
 		t.Fatal(err)
 	}
-	x.h.Release(true)
+	x.h.Release(true, true)
 	x.ectx.Clear()
 	tape := NewTape()
 	h2 := NewHotSet(x.h.env, &tape, 2).(*hotSet)

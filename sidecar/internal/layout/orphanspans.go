@@ -83,3 +83,12 @@ func tapeSpans(spans []tiers.OrphanSpan) []Span {
 	}
 	return out
 }
+
+// wholeTapeSpans are the spans lying wholly in the first n tokens.
+func wholeTapeSpans(spans []Span, n int) []Span {
+	k := 0
+	for k < len(spans) && spans[k].End <= n {
+		k++
+	}
+	return spans[:k]
+}

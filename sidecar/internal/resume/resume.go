@@ -64,7 +64,20 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 		// change, its unchanged segments up to plan.Upto, which the sync
 		// moves into place.
 		oi, on := plan.Index, plan.Tokens
-		n, blocks, err := l.AdoptOrphan(oi, plan.Upto)
+		upto := plan.Upto
+		if tp := o.env.Tiers.Orphans()[oi]; upto > on {
+			// Past the first change: the whole tape, its open tail
+			// included; the sync that follows keeps what lies after the
+			// last matched segment (the conversation the prefill-suffix
+			// call repeats) moved behind the new prefix, as the closed
+			// session would have, had it stayed open.
+			upto = len(tp.TailTokens())
+		} else if tp.Tail != nil && on == len(tp.Tokens) {
+			// The prompt goes on as the closed session's open tail did.
+			upto = layout.CommonPrefix(tp.TailTokens(), target.Tokens)
+			on = upto
+		}
+		n, blocks, err := l.AdoptOrphan(oi, upto)
 		if err != nil {
 			o.log.Warn("resume from the arena failed; prefilling instead", "err", err)
 			o.clearOrReset(s)
@@ -72,7 +85,7 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 		}
 		choice := "resume from parked blocks still in the host-RAM arena (no SSD read, no prefill)"
 		if plan.Upto > on {
-			choice = fmt.Sprintf("%s; past the first change at token %d, unchanged segments up to token %d kept to be moved into place: %s",
+			choice = fmt.Sprintf("%s; past the first change at token %d, unchanged segments up to token %d and what follows them kept to be moved into place: %s",
 				choice, on, plan.Upto, plan.Choice)
 		}
 		s.Reported(&pb.RestoreReport{Snapshot: "arena", Tokens: int64(n), RestoredTokens: int64(n), RestoredBlocks: int64(blocks),
@@ -120,8 +133,11 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 
 // orphanRuns are, per orphan tape (common: the tokens each shares with
 // target), its whole segments past that prefix whose tokens equal
-// segments of target, by the spans recorded with its blocks; none for a
-// tape without spans or built under another compatibility key.
+// segments of target, by the spans recorded with its blocks, its open
+// tail's included (tiers/orphantail.go: the tail counts past the first
+// change only, never in the common prefix, so a snapshot holding the
+// same tail and its turn's layout still wins a tie); none for a tape
+// without spans or built under another compatibility key.
 func (o *Owner) orphanRuns(target layout.Prompt, common []int) [][]policy.ReuseRun {
 	if len(common) == 0 || o.env.Tiers == nil {
 		return nil
@@ -131,7 +147,7 @@ func (o *Owner) orphanRuns(target layout.Prompt, common []int) [][]policy.ReuseR
 	out := make([][]policy.ReuseRun, len(common))
 	for i, n := range common {
 		if i < len(orphans) && len(orphans[i].Spans) > 0 && orphans[i].Compat == target.Compat && n < len(target.Tokens) {
-			out[i] = policy.MatchSegments(orphans[i].Tokens, orphans[i].SpanRanges(), target.Tokens, spans, n)
+			out[i] = policy.MatchSegments(orphans[i].TailTokens(), orphans[i].SpanRanges(), target.Tokens, spans, n)
 		}
 	}
 	return out

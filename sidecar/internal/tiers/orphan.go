@@ -32,11 +32,16 @@ type OrphanTape struct {
 	// they were built under.
 	Spans  []OrphanSpan
 	Compat string
-	// ApproxFrom is the first index whose KV is approximate, or -1
+	// ApproxFrom is the first index (of TailTokens) whose KV is
+	// approximate, or -1
 	// (unknown without a record: the tape is taken as exact, as before
 	// spans were recorded).
 	ApproxFrom int
 	spansID    uint64 // the record's arena block; 0: none
+	// Tail is the closed session's open tail parked after the blocks
+	// (orphantail.go); nil: none. It is no part of Tokens: it lends its
+	// segments past a first change only (TailTokens).
+	Tail *OrphanTail
 }
 
 // CollectOrphans rebuilds tapes from the arena's blocks (after a restart):
@@ -51,9 +56,14 @@ func CollectOrphans(a *shm.Arena, log *slog.Logger) (tapes []*OrphanTape, maxID,
 	}
 	bySession := map[uint64][]shm.Meta{}
 	recs := map[uint64]shm.Meta{} // spans records by session (orphanspans.go)
+	var tails []shm.Meta          // open tails of closed sessions (orphantail.go)
 	var order []uint64
 	for _, m := range a.List() { // ascending id
 		maxID, maxSession = max(maxID, m.ID), max(maxSession, m.Session)
+		if isTailRecord(m) {
+			tails = append(tails, m) // orphantail.go
+			continue
+		}
 		if isSpansRecord(m) {
 			if old, ok := recs[m.Session]; ok {
 				drop(old.ID) // one record per session: the newest wins
@@ -127,6 +137,7 @@ func CollectOrphans(a *shm.Arena, log *slog.Logger) (tapes []*OrphanTape, maxID,
 			out = append(out, t)
 		}
 	}
+	attachTails(a, out, tails, drop, log)
 	attachSpans(a, out, recs, drop, log)
 	return out, maxID, maxSession
 }

@@ -35,9 +35,10 @@ const SpansRecordKind = 0xFF
 // spansSegID is the segment id of a spans record's arena block.
 const spansSegID = "ctxd:orphan-spans"
 
-// SpansRecordVersion is the record's format version; a record of another
-// version is dropped at load.
-const SpansRecordVersion = 1
+// SpansRecordVersion is the record's format version (2: it may name the
+// tape's open tail, orphantail.go); a record of another version than 1
+// (no tail) or 2 is dropped at load.
+const SpansRecordVersion = 2
 
 // Record limits: a manifest has at most policy.MaxSegments segments, and a
 // tape adds its generated spans to them.
@@ -74,6 +75,11 @@ type SpansRecord struct {
 	// hash of the block ending there.
 	Covered int
 	Chain   shm.Hash
+	// TailTokens is the length of the open tail parked after Covered
+	// (orphantail.go), TailChain its chain hash; 0: none. The spans and
+	// the approximate mark may reach past Covered into it.
+	TailTokens int
+	TailChain  shm.Hash
 	// ApproxFrom is the first tape index whose KV is approximate (moved
 	// past an early change), or -1: what an exact request may keep.
 	ApproxFrom int
@@ -81,11 +87,12 @@ type SpansRecord struct {
 }
 
 // EncodeSpansRecord lays a record out: magic, version, covered length,
-// chain hash, the approximate mark (+1, 0: none), compat key, the spans (start, end, kind, class, flags, id),
+// chain hash, the tail's length and chain hash, the approximate mark (+1,
+// 0: none), compat key, the spans (start, end, kind, class, flags, id),
 // and a CRC32C of everything before it. Span ids longer than 255 bytes are
 // cut (they only name the span).
 func EncodeSpansRecord(r SpansRecord) ([]byte, error) {
-	if err := checkSpans(r.Spans, r.Covered, r.ApproxFrom); err != nil {
+	if err := checkSpans(r.Spans, r.Covered, r.TailTokens, r.ApproxFrom); err != nil {
 		return nil, err
 	}
 	if len(r.Compat) > maxRecordCompat {
@@ -96,6 +103,8 @@ func EncodeSpansRecord(r SpansRecord) ([]byte, error) {
 	b = le32(b, SpansRecordVersion)
 	b = le32(b, uint32(r.Covered))
 	b = append(b, r.Chain[:]...)
+	b = le32(b, uint32(r.TailTokens))
+	b = append(b, r.TailChain[:]...)
 	b = le32(b, uint32(r.ApproxFrom+1))
 	b = le32(b, uint32(len(r.Compat)))
 	b = append(b, r.Compat...)
@@ -137,11 +146,16 @@ func DecodeSpansRecord(b []byte) (SpansRecord, error) {
 		return bad("checksum mismatch")
 	}
 	d := decoder{b: body[len(spansMagic):]}
-	if v := d.u32(); v != SpansRecordVersion {
-		return bad(fmt.Sprintf("version %d, this ctxd reads %d", v, SpansRecordVersion))
+	v := d.u32()
+	if v != 1 && v != SpansRecordVersion {
+		return bad(fmt.Sprintf("version %d, this ctxd reads 1 and %d", v, SpansRecordVersion))
 	}
 	r.Covered = int(d.u32())
 	copy(r.Chain[:], d.bytes(32))
+	if v >= 2 {
+		r.TailTokens = int(d.u32())
+		copy(r.TailChain[:], d.bytes(32))
+	}
 	r.ApproxFrom = int(d.u32()) - 1
 	nc := d.u32()
 	if nc > maxRecordCompat {
@@ -170,18 +184,20 @@ func DecodeSpansRecord(b []byte) (SpansRecord, error) {
 	if d.short || len(d.b) != 0 {
 		return bad("truncated or trailing bytes")
 	}
-	if err := checkSpans(r.Spans, r.Covered, r.ApproxFrom); err != nil {
+	if err := checkSpans(r.Spans, r.Covered, r.TailTokens, r.ApproxFrom); err != nil {
 		return SpansRecord{}, err
 	}
 	return r, nil
 }
 
 // checkSpans verifies spans are well formed, in order, disjoint and
-// inside [0, covered), and the approximate mark inside [-1, covered].
-func checkSpans(spans []OrphanSpan, covered, approxFrom int) error {
-	if covered < 0 || covered > 1<<31-1 || len(spans) > maxRecordSpans || approxFrom < -1 || approxFrom > covered {
-		return fmt.Errorf("%w: %d spans over %d tokens", ErrBadSpansRecord, len(spans), covered)
+// inside [0, covered+tail), and the approximate mark inside [-1,
+// covered+tail].
+func checkSpans(spans []OrphanSpan, covered, tail, approxFrom int) error {
+	if covered < 0 || covered > 1<<30 || tail < 0 || tail > 1<<30 || len(spans) > maxRecordSpans || approxFrom < -1 || approxFrom > covered+tail {
+		return fmt.Errorf("%w: %d spans over %d+%d tokens", ErrBadSpansRecord, len(spans), covered, tail)
 	}
+	covered += tail
 	at := 0
 	for i, s := range spans {
 		if s.Start < at || s.End <= s.Start || s.End > covered || !s.Kind.Valid() || !s.Class.Valid() {
@@ -271,15 +287,24 @@ func (t *Tiers) keepSpans(o *OrphanTape) {
 			t.DropParked(rec.id)
 		}
 		o.Spans = nil
+		t.dropTail(o) // a tail lends nothing without spans
 		return
 	}
 	o.Compat = rec.compat
 	r := SpansRecord{Compat: rec.compat, Covered: len(o.Tokens), Chain: o.Blocks[len(o.Blocks)-1].Chain, ApproxFrom: o.ApproxFrom, Spans: o.Spans}
+	if o.Tail != nil {
+		r.TailTokens, r.TailChain = len(o.Tail.Tokens), o.Tail.Chain
+	} else {
+		r.clipToCovered() // spans past the blocks only with the tail they lie in
+	}
+	o.Spans, o.ApproxFrom = r.Spans, r.ApproxFrom
 	b, err := EncodeSpansRecord(r)
 	if err == nil && spansChain(b) != rec.sum {
 		err = t.arena.Put(shm.Block{ID: rec.id, Session: o.Session, Chain: spansChain(b), Kind: SpansRecordKind, SegID: spansSegID, KV: b})
 	}
 	if err != nil {
+		// Kept for this run; after a restart the tail, named by no
+		// record, is dropped.
 		t.log.Debug("arena: orphan tape's spans not recorded (kept until a restart)", "session", o.Session, "err", err)
 		t.DropParked(rec.id)
 		return
@@ -305,10 +330,17 @@ func attachSpans(a *shm.Arena, tapes []*OrphanTape, recs map[uint64]shm.Meta, dr
 		}
 		read[sid] = r
 	}
+	dropTail := func(t *OrphanTape) {
+		drop(t.Tail.ID)
+		t.Tail = nil
+	}
 	take := func(t *OrphanTape, sid uint64) bool {
 		r, ok := read[sid]
 		if !ok || fitsTape(r, t) != nil {
 			return false
+		}
+		if err := fitTail(&r, t, dropTail); err != nil {
+			log.Warn("arena: an orphan tape's tail does not fit its spans record; the tape lends its blocks only", "session", sid, "err", err)
 		}
 		t.Spans, t.Compat, t.ApproxFrom, t.spansID = r.Spans, r.Compat, r.ApproxFrom, recs[sid].ID
 		delete(read, sid)
@@ -337,6 +369,11 @@ func attachSpans(a *shm.Arena, tapes []*OrphanTape, recs map[uint64]shm.Meta, dr
 	for sid, r := range read {
 		log.Warn("arena: a spans record fits no orphan tape; dropped", "session", sid, "covered", r.Covered)
 		drop(recs[sid].ID)
+	}
+	for _, t := range left {
+		if t.Tail != nil && t.spansID == 0 {
+			dropTail(t) // no record describes it
+		}
 	}
 }
 
@@ -405,7 +442,7 @@ func (d *decoder) u32() uint32 {
 }
 
 // dropOrphanSpans frees orphan tape o's spans record (o keeps its spans in
-// memory).
+// memory; its tail, if any, stays for the taker: TakeTail).
 func (t *Tiers) dropOrphanSpans(o *OrphanTape) {
 	if o.spansID != 0 {
 		t.DropParked(o.spansID)

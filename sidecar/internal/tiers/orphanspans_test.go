@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand"
+	"reflect"
 	"testing"
 	"time"
 
@@ -183,7 +184,7 @@ func TestCorruptOrphanSpansRecordIsDropped(t *testing.T) {
 		{"spans out of order", func(t *testing.T, m []shm.Meta) []byte {
 			b := encode(t, SpansRecord{Compat: spansCompat, Covered: 260, Chain: m[4].Chain, ApproxFrom: -1, Spans: []OrphanSpan{testSpans[1]}})
 			// The span's start (68) becomes 32767, past its end.
-			off := len(spansMagic) + 4 + 4 + 32 + 4 + 4 + len(spansCompat) + 4
+			off := len(spansMagic) + 4 + 4 + 32 + 4 + 32 + 4 + 4 + len(spansCompat) + 4
 			b[off], b[off+1] = 0xFF, 0x7F // start 32767 > end
 			return fixCRC(b)
 		}},
@@ -245,7 +246,7 @@ func TestDecodeSpansRecordFailsClosed(t *testing.T) {
 			c = fixCRC(c)
 		}
 		if got, err := DecodeSpansRecord(c); err == nil {
-			if checkSpans(got.Spans, got.Covered, got.ApproxFrom) != nil {
+			if checkSpans(got.Spans, got.Covered, got.TailTokens, got.ApproxFrom) != nil {
 				t.Fatalf("decoded an ill-formed record %+v", got)
 			}
 		}
@@ -277,8 +278,14 @@ func FuzzDecodeSpansRecord(f *testing.F) {
 			return
 		}
 		again, err := EncodeSpansRecord(r)
-		if err != nil || !bytes.Equal(again, b) {
-			t.Fatalf("a decoded record does not encode back: %v", err)
+		if err != nil {
+			t.Fatalf("a decoded record does not encode: %v", err)
+		}
+		if leU32(b[len(spansMagic):]) == SpansRecordVersion && !bytes.Equal(again, b) {
+			t.Fatal("a decoded record does not encode back")
+		}
+		if r2, err := DecodeSpansRecord(again); err != nil || !reflect.DeepEqual(r2, r) {
+			t.Fatalf("a version 1 record re-encoded decodes as %+v (%v), want %+v", r2, err, r)
 		}
 	})
 }

@@ -512,6 +512,7 @@ func (t *Tiers) FreeOrphan() bool {
 		t.DropParked(m.ID)
 	}
 	t.dropOrphanSpans(o)
+	t.dropTail(o)
 	return true
 }
 
@@ -525,7 +526,8 @@ func (t *Tiers) OrphanPrefixes(target []engine.Token) []int {
 	return out
 }
 
-// TakeOrphan removes orphan tape i and hands it to the caller.
+// TakeOrphan removes orphan tape i and hands it to the caller, who frees
+// its tail (TakeTail).
 func (t *Tiers) TakeOrphan(i int) *OrphanTape {
 	o := t.orphans[i]
 	t.orphans = append(t.orphans[:i:i], t.orphans[i+1:]...)
