@@ -134,7 +134,7 @@ func (d *denseLayout) Clear() error {
 	return nil
 }
 
-func (d *denseLayout) Reset()       { d.tape.Reset() }
+func (d *denseLayout) Reset()             { d.tape.Reset() }
 func (d *denseLayout) Release(bool, bool) {}
 
 func (d *denseLayout) Explain(*pb.ExplainReply) [][2]int { return [][2]int{{0, len(d.tape.tokens)}} }
