@@ -166,3 +166,50 @@ func TestFakeOrphanLendsItsTail(t *testing.T) {
 		d.greedy(b, 3)
 	})
 }
+
+// As an agent sends it: the last message is not stable, so it comes in
+// the prefill-suffix call, after the ensure-prefix call that adopted the
+// orphan tape. The adoption keeps what the tape holds after its last
+// matched segment — the last message, in the closed session's open tail,
+// and the reply — behind the new prefix, as the closed session's own
+// ensure-prefix call would have, so the suffix call reuses it: only the
+// changed block and the token decoded for its logits are prefilled.
+func TestFakeOrphanTailKeptForTheSuffix(t *testing.T) {
+	for _, restart := range []bool{true, false} {
+		t.Run(map[bool]string{true: "restart", false: "closed"}[restart], func(t *testing.T) {
+			// BOS + 195 + 1024 + 100 = 1320 stable tokens, then 20: 4 sinks,
+			// 20 blocks (to 1284), the open tail from there.
+			sys, tools, conv, last := ids(1, 195, 0, 250), ids(2, 1024, 0, 250), ids(3, 100, 0, 250), ids(4, 20, 0, 250)
+			lastSeg := func() *pb.Segment {
+				return &pb.Segment{Id: "last", Kind: pb.SegmentKind_SEGMENT_KIND_USER_TURN, Tokens: last}
+			}
+			cfg := hotConfig()
+			cfg.ReuseLatency = time.Nanosecond
+			d := startFake(t, cfg, enginefake.Options{})
+			a := d.open("a")
+			d.mustEnsure(a, orphanPrompt(sys, tools, conv))
+			d.mustSuffix(a, lastSeg())
+			d.greedy(a, 4)
+			if restart {
+				d = d.restart()
+			} else {
+				d.closeSession(a)
+			}
+			sys2 := slices.Clone(sys)
+			for i := 131; i < 135; i++ {
+				sys2[i]++ // the date, at tape index 132: a block boundary
+			}
+			b := d.open("b")
+			r := d.mustEnsure(b, orphanPrompt(sys2, tools, conv))
+			if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 1124 || r.GetPrefilledTokens() != 64 {
+				t.Fatalf("ensure: %+v: want the prefix adopted, the tools and conversation (1124) moved, 64 prefilled", r)
+			}
+			s := d.mustSuffix(b, lastSeg())
+			t.Logf("suffix: %+v", s)
+			if s.GetPrefilledTokens() > 1 || s.GetApproximateTokens() < int64(len(last))-1 {
+				t.Fatalf("suffix: %+v: want the last message reused from the closed session's tail, at most the last token prefilled", s)
+			}
+			d.greedy(b, 3)
+		})
+	}
+}
