@@ -51,8 +51,8 @@
 // (eviction and compaction), hotplan.go (a turn's retrieval carried out),
 // retrieval.go (retrieval reports for explain), attention.go (the
 // attention scorer: key summaries, the query probe, fusion), adopt.go
-// (orphan tapes kept and adopted), orphanspans.go (segment spans recorded
-// with parked blocks), orphandonor.go (orphan tapes as donors), capture.go
+// (orphan tapes kept, with the open tail, and adopted), orphanspans.go
+// (segment spans recorded with parked blocks), orphandonor.go (orphan tapes as donors), capture.go
 // and restore.go (snapshots),
 // explain.go, check.go (the invariants).
 package layout

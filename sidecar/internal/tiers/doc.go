@@ -19,6 +19,10 @@
 //   - A spans record is used only when it decodes and names a block of
 //     its tape (its end and chain hash); any other is freed at load, and
 //     a record never costs a parked block (a full arena skips it).
+//   - A closed session's open tail is used only when it follows its
+//     tape's last block (its chain hash) and the tape's spans record
+//     names it; it is never part of the tape's tokens (the prefix a
+//     resume weighs), and it goes with its tape (freed, taken).
 //   - Every SSD-tier blob is an envelope of parts (blob.go); the
 //     envelope is the only record of how its bytes were laid out for
 //     compression, and DecodeBlob returns the engine's bytes exactly.
@@ -31,5 +35,7 @@
 // blob.go (the SSD blob envelope, content keys, compat, error mapping),
 // orphan.go (orphan tapes), orphanspans.go (the segment spans recorded
 // with a session's parked blocks, one arena record per session, checked
-// against the tape at load), observer.go (fetch phases and the Observer).
+// against the tape at load), orphantail.go (a closed session's open tail,
+// parked beside its orphan tape), observer.go (fetch phases and the
+// Observer).
 package tiers
