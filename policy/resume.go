@@ -202,3 +202,29 @@ func planPastChange(in ResumeInput, src ResumeSource, i, common int, runs []Reus
 	c.Approximate, c.Recomputed, c.Choice = p.Approximate, p.Recomputed, p.Choice
 	return c
 }
+
+// AdoptionExtent is how much of an orphan tape a session adopting it by
+// plan (ResumeArena) keeps, and how much of that is its exact common
+// prefix with the target. blocks is the tape's length in sealed blocks,
+// held its length with the closed session's open tail (blocks when it
+// has none), tailCommon the tokens the target shares with blocks + tail.
+//   - Past a first change (plan.Upto > plan.Tokens): all it holds. The
+//     ensure-prefix sync that follows moves the matched segments into
+//     place and keeps what followed the last of them behind the new
+//     prefix, as the closed session's own call would have had it stayed
+//     open (the conversation its prefill-suffix call repeats).
+//   - Else, when its common prefix reaches the end of its blocks: the
+//     prefix it shares with the blocks and the tail (tailCommon), exact.
+//     The tail never counts in the prefix ChooseResume weighs, so a
+//     snapshot sharing as much still wins there.
+//   - Else plan.Upto (= plan.Tokens).
+func AdoptionExtent(plan ResumePlan, blocks, held, tailCommon int) (upto, exact int) {
+	switch {
+	case plan.Upto > plan.Tokens:
+		return max(plan.Upto, held), plan.Tokens
+	case held > blocks && plan.Tokens == blocks && tailCommon > blocks:
+		n := min(tailCommon, held)
+		return n, n
+	}
+	return plan.Upto, plan.Tokens
+}

@@ -64,3 +64,33 @@ func TestChooseResumeProperties(t *testing.T) {
 		}
 	}
 }
+
+func TestAdoptionExtent(t *testing.T) {
+	past := ResumePlan{ResumeChoice: ResumeChoice{Source: ResumeArena, Tokens: 132}, Upto: 1200}
+	exact := func(n int) ResumePlan {
+		return ResumePlan{ResumeChoice: ResumeChoice{Source: ResumeArena, Tokens: n}, Upto: n}
+	}
+	for _, tc := range []struct {
+		name                     string
+		plan                     ResumePlan
+		blocks, held, tailCommon int
+		upto, exact              int
+	}{
+		{"past the change: all it holds, its tail too", past, 1284, 1324, 132, 1324, 132},
+		{"past the change, no tail", past, 1284, 1284, 132, 1284, 132},
+		{"past the change, segments reaching its end", ResumePlan{ResumeChoice: ResumeChoice{Tokens: 132}, Upto: 1324}, 1284, 1324, 132, 1324, 132},
+		{"the prompt goes on as the tail did", exact(1284), 1284, 1324, 1300, 1300, 1300},
+		{"the prompt holds the whole tail and more", exact(1284), 1284, 1324, 1324, 1324, 1324},
+		{"the prompt stops at the blocks' end", exact(1284), 1284, 1324, 1284, 1284, 1284},
+		{"the prefix ends inside the blocks", exact(1000), 1284, 1324, 1000, 1000, 1000},
+		{"no tail", exact(1284), 1284, 1284, 1284, 1284, 1284},
+	} {
+		upto, ex := AdoptionExtent(tc.plan, tc.blocks, tc.held, tc.tailCommon)
+		if upto != tc.upto || ex != tc.exact {
+			t.Errorf("%s: upto %d, exact %d; want %d, %d", tc.name, upto, ex, tc.upto, tc.exact)
+		}
+		if upto > tc.held || ex > upto {
+			t.Errorf("%s: upto %d past what the tape holds (%d) or below the exact prefix %d", tc.name, upto, tc.held, ex)
+		}
+	}
+}

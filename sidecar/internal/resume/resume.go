@@ -58,25 +58,16 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 	plan := policy.PlanResume(in)
 	switch plan.Source {
 	case policy.ResumeArena:
-		// Blocks still in host RAM beat the SSD. The orphan may go on
-		// past target (tokens its session generated): keep only what
-		// target shares with it, its common prefix and, past the first
-		// change, its unchanged segments up to plan.Upto, which the sync
-		// moves into place.
-		oi, on := plan.Index, plan.Tokens
-		upto := plan.Upto
-		if tp := o.env.Tiers.Orphans()[oi]; upto > on {
-			// Past the first change: the whole tape, its open tail
-			// included; the sync that follows keeps what lies after the
-			// last matched segment (the conversation the prefill-suffix
-			// call repeats) moved behind the new prefix, as the closed
-			// session would have, had it stayed open.
-			upto = len(tp.TailTokens())
-		} else if tp.Tail != nil && on == len(tp.Tokens) {
-			// The prompt goes on as the closed session's open tail did.
-			upto = layout.CommonPrefix(tp.TailTokens(), target.Tokens)
-			on = upto
-		}
+		// Blocks still in host RAM beat the SSD. How much of the orphan
+		// is kept (policy.AdoptionExtent): past the first change all it
+		// holds, its open tail included — the sync moves its unchanged
+		// segments into place and keeps what follows them behind the
+		// new prefix; else its common prefix with target, the tail's
+		// included when the prompt goes on as the tail did.
+		oi := plan.Index
+		tp := o.env.Tiers.Orphans()[oi]
+		held := tp.TailTokens()
+		upto, on := policy.AdoptionExtent(plan, len(tp.Tokens), len(held), layout.CommonPrefix(held, target.Tokens))
 		n, blocks, err := l.AdoptOrphan(oi, upto)
 		if err != nil {
 			o.log.Warn("resume from the arena failed; prefilling instead", "err", err)
