@@ -35,7 +35,7 @@ func OrphanDonors(t *tiers.Tiers, compat string, env *Env) []Donor {
 	var out []Donor
 	for _, i := range policy.ChooseOrphanDonors(cands) {
 		o := orphans[i]
-		toks := o.TailTokens()
+		toks := o.AllTokens()
 		out = append(out, Donor{ID: o.Session, Tokens: toks, Spans: tapeSpans(o.Spans), Exact: orphanExact(o), TailFrom: len(toks), Copy: orphanCopy(t, o, env)})
 	}
 	return out

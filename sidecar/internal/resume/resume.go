@@ -66,7 +66,7 @@ func (o *Owner) Resume(ctx context.Context, s Session, target layout.Prompt) (st
 		// included when the prompt goes on as the tail did.
 		oi := plan.Index
 		tp := o.env.Tiers.Orphans()[oi]
-		held := tp.TailTokens()
+		held := tp.AllTokens()
 		upto, on := policy.AdoptionExtent(plan, len(tp.Tokens), len(held), layout.CommonPrefix(held, target.Tokens))
 		n, blocks, err := l.AdoptOrphan(oi, upto)
 		if err != nil {
@@ -138,7 +138,7 @@ func (o *Owner) orphanRuns(target layout.Prompt, common []int) [][]policy.ReuseR
 	out := make([][]policy.ReuseRun, len(common))
 	for i, n := range common {
 		if i < len(orphans) && len(orphans[i].Spans) > 0 && orphans[i].Compat == target.Compat && n < len(target.Tokens) {
-			out[i] = policy.MatchSegments(orphans[i].TailTokens(), orphans[i].SpanRanges(), target.Tokens, spans, n)
+			out[i] = policy.MatchSegments(orphans[i].AllTokens(), orphans[i].SpanRanges(), target.Tokens, spans, n)
 		}
 	}
 	return out

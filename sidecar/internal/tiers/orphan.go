@@ -32,7 +32,7 @@ type OrphanTape struct {
 	// they were built under.
 	Spans  []OrphanSpan
 	Compat string
-	// ApproxFrom is the first index (of TailTokens) whose KV is
+	// ApproxFrom is the first index (of AllTokens) whose KV is
 	// approximate, or -1
 	// (unknown without a record: the tape is taken as exact, as before
 	// spans were recorded).
@@ -40,7 +40,7 @@ type OrphanTape struct {
 	spansID    uint64 // the record's arena block; 0: none
 	// Tail is the closed session's open tail parked after the blocks
 	// (orphantail.go); nil: none. It is no part of Tokens: it lends its
-	// segments past a first change only (TailTokens).
+	// segments past a first change only (AllTokens).
 	Tail *OrphanTail
 }
 

@@ -21,9 +21,11 @@ import (
 // the tape: the tape's Tokens (its common prefix with a new prompt, what
 // policy.ChooseResume weighs against a snapshot) stay the sealed blocks,
 // so an automatic snapshot holding the same tail and the turn's layout
-// mark still wins a tie on the prefix. The tail lends its segments only
-// past a first change: as part of a donor (layout/orphandonor.go) and in
-// the runs a resume keeps when it adopts the tape (layout/adopt.go).
+// mark still wins a tie on the prefix. The tail lends its segments past
+// a first change, as part of a donor (layout/orphandonor.go) and in the
+// runs a resume matches; a session adopting the tape takes it back into
+// the engine when it keeps any of it (policy.AdoptionExtent,
+// layout/adopt.go).
 //
 // The record is bound to the tape it continues: its chain hash is
 // tailChain over the chain hash of the tape's last block and its own
@@ -71,9 +73,9 @@ func isTailRecord(m shm.Meta) bool {
 	return m.NTokens > 0 && m.Kind == TailRecordKind && m.SegID == tailSegID
 }
 
-// TailTokens are o's tokens with its tail's: what it lends as a donor and
+// AllTokens are o's tokens, then its tail's: what it lends as a donor and
 // what a resume matches segments against past the common prefix.
-func (o *OrphanTape) TailTokens() []engine.Token {
+func (o *OrphanTape) AllTokens() []engine.Token {
 	if o.Tail == nil {
 		return o.Tokens
 	}

@@ -43,7 +43,7 @@ func TestOrphanTailSurvivesARestart(t *testing.T) {
 	tr, _ := openTiers(t, dir)
 	var next uint64
 	o, toks := closeWithTail(t, tr, &next)
-	if len(tr.Orphans()) != 1 || len(o.Spans) != 4 || len(o.TailTokens()) != 354 || o.ApproxFrom != 340 {
+	if len(tr.Orphans()) != 1 || len(o.Spans) != 4 || len(o.AllTokens()) != 354 || o.ApproxFrom != 340 {
 		t.Fatalf("orphan %+v: want its 4 spans over 354 tokens, approximate from 340", o)
 	}
 	tr.Detach()
@@ -56,7 +56,7 @@ func TestOrphanTailSurvivesARestart(t *testing.T) {
 	if len(o.Tokens) != 324 || o.Tail == nil || o.Tail.Pos != 324 || len(o.Spans) != 4 || o.Spans[3] != tailSpans[3] || o.ApproxFrom != 340 {
 		t.Fatalf("orphan after the restart: %d tokens, tail %+v, spans %+v, approx %d", len(o.Tokens), o.Tail, o.Spans, o.ApproxFrom)
 	}
-	for i, tk := range o.TailTokens() {
+	for i, tk := range o.AllTokens() {
 		if tk != toks[i] {
 			t.Fatalf("token %d: %d, want %d", i, tk, toks[i])
 		}
