@@ -3,6 +3,7 @@ package protocol
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -60,9 +61,13 @@ const minPooledBuffer = 4 << 10
 // NewChannel wraps conn. maxFrame bounds the payload of every frame sent or
 // received; 0 means DefaultMaxFrame.
 func NewChannel(conn net.Conn, maxFrame uint32) *Channel {
+	var src io.Reader = conn
+	if r := newRawReader(conn); r != nil {
+		src = r
+	}
 	c := &Channel{
 		conn: conn,
-		br:   bufio.NewReaderSize(conn, readBufferSize),
+		br:   bufio.NewReaderSize(src, readBufferSize),
 	}
 	c.SetMaxFrame(maxFrame)
 	return c
