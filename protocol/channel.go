@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"bufio"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -245,6 +246,20 @@ func (c *Channel) ReadFrame() (Header, []byte, error) {
 		c.rbuf = nil
 	}
 	return h, payload, err
+}
+
+// FrameBuffered reports whether a whole frame is already read ahead, so
+// the next ReadFrame returns without a system call. Reader goroutine only.
+func (c *Channel) FrameBuffered() bool {
+	n := c.br.Buffered()
+	if n < HeaderSize {
+		return false
+	}
+	b, err := c.br.Peek(HeaderSize)
+	if err != nil {
+		return false
+	}
+	return uint64(n-HeaderSize) >= uint64(binary.BigEndian.Uint32(b))
 }
 
 // ReadMessage reads the next frame and unmarshals its payload into m, for
