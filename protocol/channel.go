@@ -121,7 +121,7 @@ func (c *Channel) WriteMessage(streamID uint32, typ, flags uint8, m proto.Messag
 		return asLocal(err)
 	}
 	bp := writeBuffers.Get().(*[]byte)
-	b, err := marshalOptions.MarshalAppend((*bp)[:HeaderSize], m)
+	b, err := marshalAppend((*bp)[:HeaderSize], m)
 	if err != nil {
 		putWriteBuffer(bp, *bp)
 		// Refused before sending (a string field holding invalid UTF-8):
@@ -178,7 +178,7 @@ func (c *Channel) Queue(streamID uint32, typ, flags uint8, m proto.Message) erro
 		return c.werr
 	}
 	start := len(c.queued)
-	b, err := marshalOptions.MarshalAppend(append(c.queued, make([]byte, HeaderSize)...), m)
+	b, err := marshalAppend(append(c.queued, make([]byte, HeaderSize)...), m)
 	if err != nil {
 		c.queued = c.queued[:start]
 		return &FrameError{Kind: ErrMalformedFrame, Header: h, Local: true,
