@@ -118,6 +118,9 @@ func (s *streamServer) stream(ch *protocol.Channel, id uint32, d *pb.DecodeReque
 	ev := &pb.StreamEvent{Body: &pb.StreamEvent_Token{Token: tok}}
 	for i := int32(0); i < d.MaxTokens; i++ {
 		tok.Token, tok.Piece, tok.ElapsedUs = 100+i%int32(len(s.pieces)), s.pieces[int(i)%len(s.pieces)], int64(i)*450
+		if d.ReturnLogits {
+			tok.Logits = []float32{float32(i), -1, 0.5}
+		}
 		var err error
 		if (int(i)+1)%s.group == 0 || i == d.MaxTokens-1 {
 			err = ch.WriteMessage(id, protocol.TypeData, 0, ev)
@@ -157,6 +160,19 @@ func TestStreamedTokensArriveInOrder(t *testing.T) {
 	})
 	if err != nil || res.Tokens != n || got != n {
 		t.Fatalf("decode: %+v, %v; %d tokens delivered", res, err, got)
+	}
+
+	// With logits the events take protobuf's path; the same tokens arrive.
+	got = 0
+	res, err = s.Decode(ctx, DecodeOptions{MaxTokens: 50, ReturnLogits: true}, func(tk Token) error {
+		if tk.ID != 100+int32(got%len(srv.pieces)) || tk.Piece != srv.pieces[got%len(srv.pieces)] || len(tk.Logits) != 3 || tk.Logits[0] != float32(got) {
+			t.Fatalf("token %d with logits: %+v", got, tk)
+		}
+		got++
+		return nil
+	})
+	if err != nil || res.Tokens != 50 || got != 50 {
+		t.Fatalf("decode with logits: %+v, %v; %d tokens delivered", res, err, got)
 	}
 }
 
@@ -269,5 +285,38 @@ func BenchmarkStreamDecode(b *testing.B) {
 				b.Fatalf("%d of %d tokens delivered", got, b.N)
 			}
 		})
+	}
+}
+
+// TestStreamCallbackErrorEndsTheCall: onToken's error stops deliveries
+// (no token after it reaches onToken) and is what Decode returns once the
+// call's RESPONSE arrives.
+func TestStreamCallbackErrorEndsTheCall(t *testing.T) {
+	srv := startStreamServer(t, 4)
+	ctx := context.Background()
+	c, err := Dial(ctx, srv.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := c.OpenSession(ctx, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := errors.New("enough")
+	calls := 0
+	_, err = s.Decode(ctx, DecodeOptions{MaxTokens: 500}, func(Token) error {
+		calls++
+		if calls == 10 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || calls != 10 {
+		t.Fatalf("err %v after %d calls, want %v after 10", err, calls, stop)
+	}
+	// The connection still serves calls.
+	if _, err := s.Decode(ctx, DecodeOptions{MaxTokens: 5}, nil); err != nil {
+		t.Fatal(err)
 	}
 }
