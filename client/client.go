@@ -81,7 +81,7 @@ func Dial(ctx context.Context, path string, opts ...Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ctxd client: dial %s: %w", path, err)
 	}
-	c := &Client{ch: protocol.NewChannel(nc, o.MaxFrame), calls: map[uint32]*call{}, closed: make(chan struct{}), reader: make(chan struct{}, 1)}
+	c := &Client{ch: protocol.NewClientChannel(nc, o.MaxFrame), calls: map[uint32]*call{}, closed: make(chan struct{}), reader: make(chan struct{}, 1)}
 	c.reader <- struct{}{}
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// The raw reader is what a Channel on a Unix socket reads with: frames
+// The raw reader is what a client's Channel on a Unix socket reads with: frames
 // larger than the read-ahead arrive whole, EOF, deadlines and Close end a
 // read as the net package's reads do.
 func TestRawReaderOnUnixSocket(t *testing.T) {
@@ -21,7 +21,7 @@ func TestRawReaderOnUnixSocket(t *testing.T) {
 	if newRawReader(&readConn{Reader: bytes.NewReader(nil)}) != nil {
 		t.Fatal("a connection that is not a Unix socket got a raw reader")
 	}
-	r := NewChannel(b, 0)
+	r := NewClientChannel(b, 0)
 
 	// A frame of 3× the read-ahead, then many small ones in one write.
 	big := bytes.Repeat([]byte{0x5a}, 3*readBufferSize+7)
@@ -50,7 +50,7 @@ func TestRawReaderOnUnixSocket(t *testing.T) {
 
 func TestRawReaderEOFAndClose(t *testing.T) {
 	a, b := unixPair(t)
-	r := NewChannel(b, 0)
+	r := NewClientChannel(b, 0)
 	a.Write(frameBytes(2, 1, TypeData, 0, []byte("ok")))
 	a.Close()
 	if _, p, err := r.ReadFrame(); err != nil || string(p) != "ok" {
@@ -62,7 +62,7 @@ func TestRawReaderEOFAndClose(t *testing.T) {
 
 	// Closing the Channel ends a read that waits.
 	_, d := unixPair(t) // the other end stays open: the read waits
-	rd := NewChannel(d, 0)
+	rd := NewClientChannel(d, 0)
 	done := make(chan error, 1)
 	go func() { _, _, err := rd.ReadFrame(); done <- err }()
 	time.Sleep(10 * time.Millisecond)
@@ -78,7 +78,7 @@ func TestRawReaderEOFAndClose(t *testing.T) {
 
 	// A frame cut short by EOF is malformed, as with any reader.
 	e, f := unixPair(t)
-	rf := NewChannel(f, 0)
+	rf := NewClientChannel(f, 0)
 	e.Write(frameBytes(10, 1, TypeData, 0, []byte("short"))[:HeaderSize+5])
 	e.Close()
 	if _, _, err := rf.ReadFrame(); !errors.Is(err, ErrMalformedFrame) || !errors.Is(err, io.ErrUnexpectedEOF) {
