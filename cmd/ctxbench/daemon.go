@@ -23,6 +23,10 @@ func privateClient(ctx context.Context, cfg sidecar.Config) (c *client.Client, d
 	return c, func() { c.Close(); p.Stop() }, nil
 }
 
+func startPrivate(model string, ctxTokens int) (*sidecar.Private, error) {
+	return sidecar.StartPrivate(withDevice(sidecar.Config{ModelPath: model, ContextTokens: ctxTokens, Version: "ctxbench-private", NoCold: true}))
+}
+
 // connect dials --socket, or starts a private daemon when model is set.
 func connect(ctx context.Context, e *cli.Env, model string, ctxTokens int) (*client.Client, func(), error) {
 	if model == "" {
