@@ -32,6 +32,8 @@ type Client struct {
 	// hands the role back. The caller thus reads its own reply without a
 	// goroutine hand-off (leader/follower).
 	reader chan struct{}
+	// tokens decodes streamed tokens; used by the reader role's holder.
+	tokens tokenDecoder
 }
 
 // call is one request in flight; the reader feeds it DATA events and the
@@ -40,9 +42,17 @@ type call struct {
 	frames chan frame
 }
 
+// frame is what the reader hands a call: an event, or the RESPONSE.
 type frame struct {
-	event *pb.StreamEvent
-	resp  *pb.Response
+	event
+	resp *pb.Response
+}
+
+// event is one DATA frame's event: a token decoded on the fast path
+// (tokenwire.go; msg is nil), or any other StreamEvent in msg.
+type event struct {
+	token Token
+	msg   *pb.StreamEvent
 }
 
 // Options tune Dial.
@@ -71,7 +81,7 @@ func Dial(ctx context.Context, path string, opts ...Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ctxd client: dial %s: %w", path, err)
 	}
-	c := &Client{ch: protocol.NewChannel(nc, o.MaxFrame), calls: map[uint32]*call{}, closed: make(chan struct{}), reader: make(chan struct{}, 1)}
+	c := &Client{ch: protocol.NewClientChannel(nc, o.MaxFrame), calls: map[uint32]*call{}, closed: make(chan struct{}), reader: make(chan struct{}, 1)}
 	c.reader <- struct{}{}
 	if dl, ok := ctx.Deadline(); ok {
 		nc.SetDeadline(dl)
@@ -128,10 +138,13 @@ func (c *Client) handshake(name string) error {
 // ServerVersion is the daemon's version string from the handshake.
 func (c *Client) ServerVersion() string { return c.serverVersion }
 
-// readUntil reads and dispatches frames until cl has one waiting or the
-// connection ends. The caller holds the reader role.
+// readUntil reads and dispatches frames until cl has one waiting and no
+// further whole frame is already read ahead, or cl's queue is full, or the
+// connection ends. The caller holds the reader role. Taking every frame a
+// write brought (a streamed decode's coalesced tokens) in one turn costs
+// the call one hand-off of the role per write instead of one per frame.
 func (c *Client) readUntil(cl *call) {
-	for len(cl.frames) == 0 {
+	for len(cl.frames) == 0 || (len(cl.frames) < cap(cl.frames) && c.ch.FrameBuffered()) {
 		if err := c.readOne(); err != nil {
 			c.fail(err)
 			return
@@ -148,11 +161,15 @@ func (c *Client) readOne() error {
 	var f frame
 	switch h.Type {
 	case protocol.TypeData:
+		if t, ok := c.tokens.decode(payload); ok {
+			f.token = t
+			break
+		}
 		ev := new(pb.StreamEvent)
 		if err := protocol.Unmarshal(h, payload, ev); err != nil {
 			return err
 		}
-		f.event = ev
+		f.msg = ev
 	case protocol.TypeResponse:
 		resp := new(pb.Response)
 		if err := protocol.Unmarshal(h, payload, resp); err != nil {
@@ -202,7 +219,7 @@ const cancelGrace = 5 * time.Second
 // do sends req and waits for its response, handing DATA events to onEvent.
 // When ctx ends it sends CANCEL and waits (briefly) for the server to
 // finish the call, so the session is consistent when do returns.
-func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.StreamEvent) error) (*pb.Response, error) {
+func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*event) error) (*pb.Response, error) {
 	// A call's queue holds what the reader role dispatched but the call has
 	// not consumed: one RESPONSE, or a few DATA frames of a stream.
 	depth := 1
@@ -253,47 +270,51 @@ func (c *Client) do(ctx context.Context, req *pb.Request, onEvent func(*pb.Strea
 	stop := context.AfterFunc(ctx, sendCancel)
 	defer stop()
 	var cbErr error
+	var f frame // one for the whole call: onEvent takes its address
 	for {
 		select {
-		case f := <-cl.frames:
-			if f.resp != nil {
-				switch {
-				case cbErr != nil:
-					return f.resp, cbErr
-				case ctx.Err() != nil && f.resp.Error != nil:
-					return f.resp, ctx.Err()
-				case f.resp.Error != nil:
-					return f.resp, remoteError(f.resp.Error)
-				}
-				return f.resp, nil
-			}
-			// After cancellation no more events reach the caller; those
-			// already in flight are dropped.
-			if onEvent != nil && cbErr == nil && ctx.Err() == nil {
-				if err := onEvent(f.event); err != nil {
-					cbErr = err
-					sendCancel()
-				}
-			}
-		case <-c.reader:
-			c.readUntil(cl)
-			c.reader <- struct{}{}
-		case <-c.closed:
-			// Frames delivered before the end still count.
+		case f = <-cl.frames: // what the reader queued, without a wait
+		default:
 			select {
-			case f := <-cl.frames:
-				cl.frames <- f
+			case f = <-cl.frames:
+			case <-c.reader:
+				c.readUntil(cl)
+				c.reader <- struct{}{}
 				continue
-			default:
+			case <-c.closed:
+				// Frames delivered before the end still count.
+				select {
+				case f = <-cl.frames:
+				default:
+					c.mu.Lock()
+					delete(c.calls, id)
+					err := c.err
+					c.mu.Unlock()
+					if ctx.Err() != nil {
+						return nil, ctx.Err()
+					}
+					return nil, err
+				}
 			}
-			c.mu.Lock()
-			delete(c.calls, id)
-			err := c.err
-			c.mu.Unlock()
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
+		}
+		if f.resp != nil {
+			switch {
+			case cbErr != nil:
+				return f.resp, cbErr
+			case ctx.Err() != nil && f.resp.Error != nil:
+				return f.resp, ctx.Err()
+			case f.resp.Error != nil:
+				return f.resp, remoteError(f.resp.Error)
 			}
-			return nil, err
+			return f.resp, nil
+		}
+		// After cancellation no more events reach the caller; those
+		// already in flight are dropped.
+		if onEvent != nil && cbErr == nil && ctx.Err() == nil {
+			if err := onEvent(&f.event); err != nil {
+				cbErr = err
+				sendCancel()
+			}
 		}
 	}
 }

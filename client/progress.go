@@ -1,10 +1,6 @@
 package client
 
-import (
-	"context"
-
-	pb "github.com/ctxd/ctxd/protocol/ctxdpb"
-)
+import "context"
 
 // Progress is how far a long call is: Done of Total tokens (Phase
 // "prefill") or blocks (Phase "restore").
@@ -24,13 +20,13 @@ func WithProgress(ctx context.Context, fn func(Progress)) context.Context {
 
 // progressEvents returns whether ctx wants progress and the event handler
 // that delivers it.
-func progressEvents(ctx context.Context) (bool, func(*pb.StreamEvent) error) {
+func progressEvents(ctx context.Context) (bool, func(*event) error) {
 	fn, ok := ctx.Value(progressKey{}).(func(Progress))
 	if !ok || fn == nil {
 		return false, nil
 	}
-	return true, func(ev *pb.StreamEvent) error {
-		if p := ev.GetProgress(); p != nil {
+	return true, func(ev *event) error {
+		if p := ev.msg.GetProgress(); p != nil {
 			fn(Progress{Phase: p.GetPhase(), Done: p.GetDone(), Total: p.GetTotal()})
 		}
 		return nil

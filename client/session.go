@@ -178,10 +178,13 @@ func (s *Session) Decode(ctx context.Context, o DecodeOptions, onToken func(Toke
 		SessionId: s.id, MaxTokens: int32(o.MaxTokens), Stop: o.Stop, ReturnLogits: o.ReturnLogits, ForcedTokens: o.Forced, NoStream: o.NoStream,
 		Sampling: &pb.SamplingParams{Temperature: o.Temperature, TopK: int32(o.TopK), TopP: o.TopP, Seed: o.Seed},
 	}}}
-	var onEvent func(*pb.StreamEvent) error
+	var onEvent func(*event) error
 	if onToken != nil {
-		onEvent = func(ev *pb.StreamEvent) error {
-			t := ev.GetToken()
+		onEvent = func(ev *event) error {
+			if ev.msg == nil { // decoded on the fast path
+				return onToken(ev.token)
+			}
+			t := ev.msg.GetToken()
 			if t == nil {
 				return nil
 			}

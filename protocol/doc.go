@@ -37,7 +37,11 @@
 //
 // Files: frame.go (the frame header and its codec), channel.go (sending and
 // receiving frames on one connection), version.go (version negotiation),
-// errors.go (one sentinel per wire ErrorCode, ToWire/FromWire), convert.go
+// rawread_linux.go (a client's reads of a Unix socket without the
+// scheduler's system-call bookkeeping, for streamed frames' CPU cost), tokenwire.go (a
+// streamed token's event encoded without the protobuf runtime, byte-equal
+// to its encoding), errors.go (one
+// sentinel per wire ErrorCode, ToWire/FromWire), convert.go
 // (policy types to and from the wire), socket.go (the default socket path
 // and its length limit); ctxdpb/ holds the protobuf schema and generated
 // code.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -164,18 +165,26 @@ func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 	reps := fs.Int("reps", 101, "decode repetitions (median of paired differences)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	ctxdBin := fs.String("ctxd", siblingBinary("ctxd"), "ctxd binary for the socket side")
+	threads := fs.Int("threads", 0, "CPU threads of both sides' engines, pinned (0: auto, as ctxd runs by default; auto re-decides every call, so a side may run a call on one core and the next on two)")
 	if err := cli.Parse(fs, e.Stderr, args); err != nil {
 		return err
+	}
+	if *threads < 0 {
+		return cli.Usage(errors.New("--threads must not be negative"))
 	}
 	// The socket side is a real ctxd process, as an agent would see it; the
 	// in-process side is the same server code called directly in this
 	// process. Both load the same model with the same settings.
-	sockPath, pid, stopDaemon, err := startDaemonProcessPID(ctx, *ctxdBin, *model, 2048)
+	var extra []string
+	if *threads > 0 {
+		extra = []string{"--threads", fmt.Sprint(*threads)}
+	}
+	sockPath, pid, stopDaemon, err := startDaemonProcessPID(ctx, *ctxdBin, *model, 2048, extra...)
 	if err != nil {
 		return err
 	}
 	defer stopDaemon()
-	p, err := startPrivate(*model, 2048)
+	p, err := sidecar.StartPrivate(withDevice(sidecar.Config{ModelPath: *model, ContextTokens: 2048, Version: "ctxbench-private", NoCold: true, Threads: *threads}))
 	if err != nil {
 		return err
 	}
@@ -234,7 +243,11 @@ func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 		// also holds waits for a core; CPU time does not.
 		StreamCPUDaemonUS float64 `json:"stream_cpu_daemon_us_per_token"`
 		StreamCPUClientUS float64 `json:"stream_cpu_client_us_per_token"`
-		Tokens            int     `json:"tokens_per_decode"`
+		// The same as medians of the pairs' differences, which one
+		// outlying call moves less than the sums.
+		StreamCPUDaemonMedianUS float64 `json:"stream_cpu_daemon_median_us_per_token"`
+		StreamCPUClientMedianUS float64 `json:"stream_cpu_client_median_us_per_token"`
+		Tokens                  int     `json:"tokens_per_decode"`
 	}{
 		Calls: *n, SocketP50us: pct(sock, 50), SocketP99us: pct(sock, 99), InProcP50us: pct(inproc, 50),
 		TokenSocketUS: sockWall, TokenInProcUS: inWall, TokenServerUS: serverWall, StreamOverheadUS: overhead, StreamFramesUS: streamOnly, Tokens: *tokens,
@@ -243,6 +256,8 @@ func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 		n := float64(*tokens * *reps)
 		rt.StreamCPUDaemonUS = float64(streamed.sum[0]-quiet.sum[0]) / 1e3 / n
 		rt.StreamCPUClientUS = float64(streamed.sum[1]-quiet.sum[1]) / 1e3 / n
+		rt.StreamCPUDaemonMedianUS = pairedMedian(streamed, quiet, 0, 1e3*float64(*tokens))
+		rt.StreamCPUClientMedianUS = pairedMedian(streamed, quiet, 1, 1e3*float64(*tokens))
 	}
 	if *asJSON {
 		return e.PrintJSON(rt)
@@ -250,7 +265,7 @@ func benchSocket(ctx context.Context, e *cli.Env, args []string) error {
 	fmt.Fprintf(e.Stdout, "round trip (ping, %d calls): socket p50 %.1f µs, p99 %.1f µs; in-process p50 %.2f µs\n", rt.Calls, rt.SocketP50us, rt.SocketP99us, rt.InProcP50us)
 	fmt.Fprintf(e.Stdout, "decode (%d tokens, %d paired runs): socket %.1f µs/token (server side %.1f), in-process %.1f µs/token, streaming overhead (median paired difference) %.1f µs/token\n", rt.Tokens, *reps, rt.TokenSocketUS, rt.TokenServerUS, rt.TokenInProcUS, rt.StreamOverheadUS)
 	fmt.Fprintf(e.Stdout, "streaming frames alone (same daemon, streamed − no_stream, median of %d pairs): %.1f µs/token\n", *reps, rt.StreamFramesUS)
-	fmt.Fprintf(e.Stdout, "streaming frames' CPU time (streamed − no_stream, over the pairs): daemon %.1f µs/token, client %.1f µs/token\n", rt.StreamCPUDaemonUS, rt.StreamCPUClientUS)
+	fmt.Fprintf(e.Stdout, "streaming frames' CPU time (streamed − no_stream, over the pairs): daemon %.1f µs/token, client %.1f µs/token; median of the pairs: daemon %.1f, client %.1f\n", rt.StreamCPUDaemonUS, rt.StreamCPUClientUS, rt.StreamCPUDaemonMedianUS, rt.StreamCPUClientMedianUS)
 	return nil
 }
 
@@ -392,14 +407,15 @@ func startDaemonProcess(ctx context.Context, bin, model string, ctxTokens int) (
 
 // startDaemonProcessPID is startDaemonProcess that also returns the
 // daemon's pid.
-func startDaemonProcessPID(ctx context.Context, bin, model string, ctxTokens int) (string, int, func(), error) {
+func startDaemonProcessPID(ctx context.Context, bin, model string, ctxTokens int, extraArgs ...string) (string, int, func(), error) {
 	dir, err := os.MkdirTemp("", "ctxbench-")
 	if err != nil {
 		return "", 0, nil, err
 	}
 	sock := filepath.Join(dir, "ctxd.sock")
-	cmd := exec.Command(bin, "--model", model, "--ctx", fmt.Sprint(ctxTokens), "--socket", sock,
-		"--data-dir", filepath.Join(dir, "data"), "--log-level", "error")
+	args := append([]string{"--model", model, "--ctx", fmt.Sprint(ctxTokens), "--socket", sock,
+		"--data-dir", filepath.Join(dir, "data"), "--log-level", "error"}, extraArgs...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = os.Stderr
 	cmd.Env = append(os.Environ(), benchDaemonEnv...)
 	if err := cmd.Start(); err != nil {

@@ -39,10 +39,12 @@ func processCPU(pid string) (time.Duration, error) {
 	return time.Duration(total), nil
 }
 
-// cpuMeter sums the CPU time of two processes over measured spans.
+// cpuMeter sums the CPU time of two processes over measured spans and
+// keeps each span's.
 type cpuMeter struct {
 	pids  [2]string
 	sum   [2]time.Duration
+	spans [2][]time.Duration
 	start [2]time.Duration
 	err   error
 }
@@ -64,5 +66,22 @@ func (m *cpuMeter) end() {
 			m.err = err
 		}
 		m.sum[i] += t - m.start[i]
+		m.spans[i] = append(m.spans[i], t-m.start[i])
 	}
+}
+
+// pairedMedian is the median over spans of a's span less b's (process i),
+// per unit of n: spans measured in pairs (a's k-th beside b's k-th), so
+// one call's outlier (a collection, a call that ran on another thread
+// count) moves it less than the difference of the sums.
+func pairedMedian(a, b *cpuMeter, i int, n float64) float64 {
+	k := min(len(a.spans[i]), len(b.spans[i]))
+	if k == 0 {
+		return 0
+	}
+	d := make([]float64, k)
+	for j := range k {
+		d[j] = float64(a.spans[i][j]-b.spans[i][j]) / n
+	}
+	return median(d)
 }
