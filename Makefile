@@ -141,7 +141,7 @@ FUZZ_TARGETS := ./third_party/jinja:FuzzRender \
 	./httpapi:FuzzOpenAIChatRequest ./httpapi:FuzzOpenAICompletionRequest \
 	./httpapi:FuzzOllamaChatRequest ./httpapi:FuzzOllamaGenerateRequest \
 	./httpapi:FuzzAnthropicRequest ./httpapi:FuzzResponsesRequest \
-	./sidecar/internal/tiers:FuzzDecodeSpansRecord
+	./sidecar/internal/tiers:FuzzDecodeSpansRecord ./client:FuzzTokenWire
 fuzz: headers
 	@set -e; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
