@@ -75,7 +75,8 @@ func segmentKeyOf(toks []int32) segmentKey {
 
 // MatchSegments finds, for the prompt's segments that start at or after
 // from (the first changed token), held segments with identical tokens that
-// also start at or after from, in order: the runs are increasing in both
+// also start at or after from, in order, after the unchanged tail of the
+// segment the change falls in (changedTail): the runs are increasing in both
 // Src and Dst and never overlap, so they can be moved into place one after
 // another. Each prompt segment takes the earliest unused held segment
 // equal to it; empty segments are skipped.
@@ -90,9 +91,15 @@ func MatchSegments(held []int32, heldSpans []SpanRange, prompt []int32, promptSp
 	}
 	var runs []ReuseRun
 	nextSrc := from
+	if t := changedTail(held, heldSpans, prompt, promptSpans, from); t.Len > 0 {
+		runs, nextSrc = append(runs, t), t.Src+t.Len
+	}
 	for _, s := range promptSpans {
 		if s.Start < from || s.End <= s.Start || s.End > len(prompt) {
 			continue
+		}
+		if n := len(runs); n > 0 && s.Start < runs[n-1].Dst+runs[n-1].Len {
+			continue // the changed segment, its tail matched above
 		}
 		want := prompt[s.Start:s.End]
 		for _, h := range index[segmentKeyOf(want)] {
@@ -264,4 +271,39 @@ func spreadBudget(runs []ReuseRun, budget int) []int {
 		}
 	}
 	return heads
+}
+
+// changedTail is the run of the segment holding the first change (from)
+// whose tokens after the change are the held segment's: the common suffix
+// of the held and the prompt segment that hold token from, past from in
+// both. An edit inside a long segment (a date, a line of AGENTS.md, a
+// file listing in a system prompt) then costs the edited tokens, not the
+// rest of the segment; the tokens after it are approximate like any moved
+// run's. Len 0 when from falls in no segment of either, or the two end
+// differently.
+func changedTail(held []int32, heldSpans []SpanRange, prompt []int32, promptSpans []SpanRange, from int) ReuseRun {
+	h, okH := spanHolding(heldSpans, from, len(held))
+	p, okP := spanHolding(promptSpans, from, len(prompt))
+	if !okH || !okP {
+		return ReuseRun{}
+	}
+	k, most := 0, min(h.End-from, p.End-from)
+	for k < most && held[h.End-1-k] == prompt[p.End-1-k] {
+		k++
+	}
+	if k == 0 {
+		return ReuseRun{}
+	}
+	return ReuseRun{Src: h.End - k, Dst: p.End - k, Len: k}
+}
+
+// spanHolding is the well-formed span of spans (inside n tokens) that
+// holds index i.
+func spanHolding(spans []SpanRange, i, n int) (SpanRange, bool) {
+	for _, s := range spans {
+		if s.Start <= i && i < s.End && s.End <= n {
+			return s, true
+		}
+	}
+	return SpanRange{}, false
 }

@@ -13,7 +13,9 @@ func TestMatchSegments(t *testing.T) {
 	prompt := []int32{9, 2, 8, 3, 4, 5, 6, 7}
 	ps := []SpanRange{{0, 2}, {2, 3}, {3, 6}, {6, 8}}
 	got := MatchSegments(held, hs, prompt, ps, 0)
-	want := []ReuseRun{{Src: 2, Dst: 3, Len: 5}} // B and C are contiguous on both sides: one run
+	// A' keeps A's last token after the change (its unchanged tail); B
+	// and C are contiguous on both sides: one run.
+	want := []ReuseRun{{Src: 1, Dst: 1, Len: 1}, {Src: 2, Dst: 3, Len: 5}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("runs %+v, want %+v", got, want)
 	}
@@ -21,13 +23,26 @@ func TestMatchSegments(t *testing.T) {
 	prompt2 := []int32{9, 2, 6, 7, 3, 4, 5}
 	ps2 := []SpanRange{{0, 2}, {2, 4}, {4, 7}}
 	got = MatchSegments(held, hs, prompt2, ps2, 0)
-	if len(got) != 1 || got[0] != (ReuseRun{Src: 5, Dst: 2, Len: 2}) {
+	if len(got) != 2 || got[1] != (ReuseRun{Src: 5, Dst: 2, Len: 2}) {
 		t.Fatalf("swapped: runs %+v", got)
 	}
 	// Held segments before from are never taken (their KV is kept).
 	got = MatchSegments(held, hs, prompt, ps, 5)
 	if len(got) != 1 || got[0] != (ReuseRun{Src: 5, Dst: 6, Len: 2}) {
 		t.Fatalf("from 5: runs %+v", got)
+	}
+	// An edit inside a long segment: the tail after it is one run, the
+	// later segments follow it, the edit itself is left to prefill.
+	held3 := []int32{1, 2, 3, 4, 5, 6, 7, 8, 20, 21}
+	hs3 := []SpanRange{{0, 8}, {8, 10}}
+	prompt3 := []int32{1, 2, 30, 31, 32, 4, 5, 6, 7, 8, 20, 21} // 3 became 30 31 32
+	ps3 := []SpanRange{{0, 10}, {10, 12}}
+	if got := MatchSegments(held3, hs3, prompt3, ps3, 2); !reflect.DeepEqual(got, []ReuseRun{{Src: 3, Dst: 5, Len: 7}}) {
+		t.Fatalf("edited segment: runs %+v", got)
+	}
+	// The tail never reaches back past the change (a deletion at its end).
+	if got := MatchSegments([]int32{1, 2, 3, 2, 3}, []SpanRange{{0, 5}}, []int32{1, 2, 3}, []SpanRange{{0, 3}}, 3); len(got) != 0 {
+		t.Fatalf("deleted end: runs %+v", got)
 	}
 	// Equal hashes with different tokens never match.
 	if got := MatchSegments([]int32{1, 2}, []SpanRange{{0, 2}}, []int32{2, 1}, []SpanRange{{0, 2}}, 0); len(got) != 0 {

@@ -95,7 +95,7 @@ func orphanLends(t *testing.T, restart bool) {
 // When the change comes late enough for the new session to adopt the
 // orphan tape's common prefix, the tape's unchanged segments past the
 // change are kept too (the resume plans them as for a snapshot) and moved
-// into place: only the changed block is prefilled. What the tape held
+// into place: only the changed date is prefilled. What the tape held
 // after them (the reply) is kept behind the new prefix, as the closed
 // session's ensure-prefix call would have kept it.
 func TestFakeOrphanAdoptedPastTheChange(t *testing.T) {
@@ -108,8 +108,8 @@ func TestFakeOrphanAdoptedPastTheChange(t *testing.T) {
 	b := d.open("b")
 	r := d.mustEnsure(b, orphanPrompt(sys2, tools, conv))
 	t.Logf("adopted: %+v", r)
-	if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 1152 || r.GetPrefilledTokens() != 64 || r.GetReusedTokens() != 132+1152 {
-		t.Fatalf("%+v: want the prefix adopted (132), the tools and conversation (1152) moved, 64 prefilled", r)
+	if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 60+1152 || r.GetPrefilledTokens() != 4 || r.GetReusedTokens() != 132+60+1152 {
+		t.Fatalf("%+v: want the prefix adopted (132), the system prompt's 60 tokens after the date, the tools and conversation (1152) moved, the date's 4 prefilled", r)
 	}
 	if ex := d.explain(b); !strings.Contains(ex.GetRestore().GetChoice(), "unchanged segments") {
 		t.Fatalf("restore report %q does not say segments were kept", ex.GetRestore().GetChoice())
@@ -158,8 +158,8 @@ func TestFakeOrphanLendsItsTail(t *testing.T) {
 		b := d.open("b")
 		r := d.mustEnsure(b, orphanPrompt(sys2, tools, conv))
 		t.Logf("adopted: %+v", r)
-		if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 1124 || r.GetPrefilledTokens() != 64 {
-			t.Fatalf("%+v: want the prefix adopted, the tools and conversation (1124, the tail's included) moved, 64 prefilled", r)
+		if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 60+1124 || r.GetPrefilledTokens() != 4 {
+			t.Fatalf("%+v: want the prefix adopted, the system prompt's rest (60), the tools and conversation (1124, the tail's included) moved, the date's 4 prefilled", r)
 		}
 		checkHotLayout(t, d, b, append(withBOS(sys2, tools, conv), reply...))
 		d.mustSuffix(b)
@@ -173,7 +173,7 @@ func TestFakeOrphanLendsItsTail(t *testing.T) {
 // matched segment — the last message, in the closed session's open tail,
 // and the reply — behind the new prefix, as the closed session's own
 // ensure-prefix call would have, so the suffix call reuses it: only the
-// changed block and the token decoded for its logits are prefilled.
+// changed date and the token decoded for its logits are prefilled.
 func TestFakeOrphanTailKeptForTheSuffix(t *testing.T) {
 	for _, restart := range []bool{true, false} {
 		t.Run(map[bool]string{true: "restart", false: "closed"}[restart], func(t *testing.T) {
@@ -201,8 +201,8 @@ func TestFakeOrphanTailKeptForTheSuffix(t *testing.T) {
 			}
 			b := d.open("b")
 			r := d.mustEnsure(b, orphanPrompt(sys2, tools, conv))
-			if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 1124 || r.GetPrefilledTokens() != 64 {
-				t.Fatalf("ensure: %+v: want the prefix adopted, the tools and conversation (1124) moved, 64 prefilled", r)
+			if r.GetResumedSnapshot() != "arena" || r.GetApproximateTokens() != 60+1124 || r.GetPrefilledTokens() != 4 {
+				t.Fatalf("ensure: %+v: want the prefix adopted, the system prompt's rest (60), the tools and conversation (1124) moved, the date's 4 prefilled", r)
 			}
 			s := d.mustSuffix(b, lastSeg())
 			t.Logf("suffix: %+v", s)

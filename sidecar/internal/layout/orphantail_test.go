@@ -94,8 +94,8 @@ func TestOrphanTailAdopted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Prefilled != 64 || r.Approximate != 612 {
-		t.Fatalf("%+v: want the changed block (64) prefilled, the tools and conversation (612, the tail's 36 included) moved", r)
+	if r.Prefilled != 4 || r.Approximate != 60+612 {
+		t.Fatalf("%+v: want the changed date (4) prefilled, the system prompt's rest (60), the tools and conversation (612, the tail's 36 included) moved", r)
 	}
 	if err := Check(h2, x.ectx.Used()); err != nil {
 		t.Fatal(err)
