@@ -279,22 +279,40 @@ func spreadBudget(runs []ReuseRun, budget int) []int {
 // both. An edit inside a long segment (a date, a line of AGENTS.md, a
 // file listing in a system prompt) then costs the edited tokens, not the
 // rest of the segment; the tokens after it are approximate like any moved
-// run's. Len 0 when from falls in no segment of either, or the two end
-// differently.
+// run's. Only an edited segment has one: the two start at the same token,
+// neither is equal to a whole segment on the other side past from (a
+// segment inserted, removed or moved is matched whole, or not at all),
+// and the tail is longer than the edit on either side (two different
+// messages share their last tokens, a template's end-of-turn marker,
+// which are no tail: a session's ensure-prefix call keeps such a cut
+// segment whole behind the new prefix instead, for its suffix call).
+// Len 0 otherwise.
 func changedTail(held []int32, heldSpans []SpanRange, prompt []int32, promptSpans []SpanRange, from int) ReuseRun {
 	h, okH := spanHolding(heldSpans, from, len(held))
 	p, okP := spanHolding(promptSpans, from, len(prompt))
-	if !okH || !okP {
+	if !okH || !okP || h.Start != p.Start ||
+		hasEqual(held[h.Start:h.End], prompt, promptSpans, from) || hasEqual(prompt[p.Start:p.End], held, heldSpans, from) {
 		return ReuseRun{}
 	}
 	k, most := 0, min(h.End-from, p.End-from)
 	for k < most && held[h.End-1-k] == prompt[p.End-1-k] {
 		k++
 	}
-	if k == 0 {
-		return ReuseRun{}
+	if k == 0 || k <= max(h.End-k-from, p.End-k-from) {
+		return ReuseRun{} // no tail, or more edit than tail: two different texts
 	}
 	return ReuseRun{Src: h.End - k, Dst: p.End - k, Len: k}
+}
+
+// hasEqual reports whether a segment of spans over toks, starting at or
+// after from, holds exactly want.
+func hasEqual(want, toks []int32, spans []SpanRange, from int) bool {
+	for _, s := range spans {
+		if s.Start >= from && s.End <= len(toks) && s.End-s.Start == len(want) && slices.Equal(toks[s.Start:s.End], want) {
+			return true
+		}
+	}
+	return false
 }
 
 // spanHolding is the well-formed span of spans (inside n tokens) that

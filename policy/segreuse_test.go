@@ -13,9 +13,9 @@ func TestMatchSegments(t *testing.T) {
 	prompt := []int32{9, 2, 8, 3, 4, 5, 6, 7}
 	ps := []SpanRange{{0, 2}, {2, 3}, {3, 6}, {6, 8}}
 	got := MatchSegments(held, hs, prompt, ps, 0)
-	// A' keeps A's last token after the change (its unchanged tail); B
-	// and C are contiguous on both sides: one run.
-	want := []ReuseRun{{Src: 1, Dst: 1, Len: 1}, {Src: 2, Dst: 3, Len: 5}}
+	// A' shares A's last token, no more than its edit: no tail. B and C
+	// are contiguous on both sides: one run.
+	want := []ReuseRun{{Src: 2, Dst: 3, Len: 5}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("runs %+v, want %+v", got, want)
 	}
@@ -23,7 +23,7 @@ func TestMatchSegments(t *testing.T) {
 	prompt2 := []int32{9, 2, 6, 7, 3, 4, 5}
 	ps2 := []SpanRange{{0, 2}, {2, 4}, {4, 7}}
 	got = MatchSegments(held, hs, prompt2, ps2, 0)
-	if len(got) != 2 || got[1] != (ReuseRun{Src: 5, Dst: 2, Len: 2}) {
+	if len(got) != 1 || got[0] != (ReuseRun{Src: 5, Dst: 2, Len: 2}) {
 		t.Fatalf("swapped: runs %+v", got)
 	}
 	// Held segments before from are never taken (their KV is kept).
@@ -40,9 +40,23 @@ func TestMatchSegments(t *testing.T) {
 	if got := MatchSegments(held3, hs3, prompt3, ps3, 2); !reflect.DeepEqual(got, []ReuseRun{{Src: 3, Dst: 5, Len: 7}}) {
 		t.Fatalf("edited segment: runs %+v", got)
 	}
+	// A tail no longer than the edit is no tail (two messages sharing an
+	// end marker).
+	if got := MatchSegments([]int32{1, 2, 3, 4, 99}, []SpanRange{{0, 5}}, []int32{1, 5, 6, 7, 99}, []SpanRange{{0, 5}}, 1); len(got) != 0 {
+		t.Fatalf("shared end marker: runs %+v", got)
+	}
 	// The tail never reaches back past the change (a deletion at its end).
 	if got := MatchSegments([]int32{1, 2, 3, 2, 3}, []SpanRange{{0, 5}}, []int32{1, 2, 3}, []SpanRange{{0, 3}}, 3); len(got) != 0 {
 		t.Fatalf("deleted end: runs %+v", got)
+	}
+	// A segment inserted before held ones is not an edit of them, though
+	// both end with the same marker (99): the held segments match whole.
+	held4 := []int32{1, 5, 6, 99, 7, 8, 99}
+	hs4 := []SpanRange{{0, 1}, {1, 4}, {4, 7}}
+	prompt4 := []int32{1, 2, 3, 99, 5, 6, 99, 7, 8, 99}
+	ps4 := []SpanRange{{0, 1}, {1, 4}, {4, 7}, {7, 10}}
+	if got := MatchSegments(held4, hs4, prompt4, ps4, 1); !reflect.DeepEqual(got, []ReuseRun{{Src: 1, Dst: 4, Len: 6}}) {
+		t.Fatalf("inserted segment: runs %+v", got)
 	}
 	// Equal hashes with different tokens never match.
 	if got := MatchSegments([]int32{1, 2}, []SpanRange{{0, 2}}, []int32{2, 1}, []SpanRange{{0, 2}}, 0); len(got) != 0 {
