@@ -134,20 +134,33 @@ func (s *streamServer) stream(ch *protocol.Channel, id uint32, d *pb.DecodeReque
 	return d.MaxTokens, nil
 }
 
-// TestStreamedTokensArriveInOrder: every token of a streamed decode
-// reaches onToken once, in order, with its piece and time.
-func TestStreamedTokensArriveInOrder(t *testing.T) {
-	srv := startStreamServer(t, 4)
+// streamSession starts a fake streaming server writing group frames per
+// write, dials it (closed at the end of the test) and, when name is not
+// empty, opens a session.
+func streamSession(tb testing.TB, group int, name string) (*streamServer, *Client, *Session) {
+	tb.Helper()
+	srv := startStreamServer(tb, group)
 	ctx := context.Background()
 	c, err := Dial(ctx, srv.socket)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	defer c.Close()
-	s, err := c.OpenSession(ctx, "t")
+	tb.Cleanup(func() { c.Close() })
+	if name == "" {
+		return srv, c, nil
+	}
+	s, err := c.OpenSession(ctx, name)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return srv, c, s
+}
+
+// TestStreamedTokensArriveInOrder: every token of a streamed decode
+// reaches onToken once, in order, with its piece and time.
+func TestStreamedTokensArriveInOrder(t *testing.T) {
+	srv, _, s := streamSession(t, 4, "t")
+	ctx := context.Background()
 	const n = 1000
 	got := 0
 	res, err := s.Decode(ctx, DecodeOptions{MaxTokens: n}, func(tk Token) error {
@@ -180,13 +193,8 @@ func TestStreamedTokensArriveInOrder(t *testing.T) {
 // connection each get all their tokens, in order, whoever holds the
 // reader role when their frames arrive.
 func TestConcurrentStreamsOnOneClient(t *testing.T) {
-	srv := startStreamServer(t, 4)
+	srv, c, _ := streamSession(t, 4, "")
 	ctx := context.Background()
-	c, err := Dial(ctx, srv.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const calls, n = 4, 3000
 	errs := make(chan error, calls)
 	for k := 0; k < calls; k++ {
@@ -228,17 +236,8 @@ func TestStreamedTokenAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates")
 	}
-	srv := startStreamServer(t, 4)
+	_, _, s := streamSession(t, 4, "t")
 	ctx := context.Background()
-	c, err := Dial(ctx, srv.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.OpenSession(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
 	onToken := func(Token) error { return nil }
 	if _, err := s.Decode(ctx, DecodeOptions{MaxTokens: 100}, onToken); err != nil { // warm up
 		t.Fatal(err)
@@ -263,17 +262,8 @@ func TestStreamedTokenAllocations(t *testing.T) {
 func BenchmarkStreamDecode(b *testing.B) {
 	for _, group := range []int{1, 4} {
 		b.Run(fmt.Sprintf("frames-per-write=%d", group), func(b *testing.B) {
-			srv := startStreamServer(b, group)
+			_, _, s := streamSession(b, group, "b")
 			ctx := context.Background()
-			c, err := Dial(ctx, srv.socket)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			s, err := c.OpenSession(ctx, "b")
-			if err != nil {
-				b.Fatal(err)
-			}
 			got := 0
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -292,20 +282,11 @@ func BenchmarkStreamDecode(b *testing.B) {
 // (no token after it reaches onToken) and is what Decode returns once the
 // call's RESPONSE arrives.
 func TestStreamCallbackErrorEndsTheCall(t *testing.T) {
-	srv := startStreamServer(t, 4)
+	_, _, s := streamSession(t, 4, "t")
 	ctx := context.Background()
-	c, err := Dial(ctx, srv.socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.OpenSession(ctx, "t")
-	if err != nil {
-		t.Fatal(err)
-	}
 	stop := errors.New("enough")
 	calls := 0
-	_, err = s.Decode(ctx, DecodeOptions{MaxTokens: 500}, func(Token) error {
+	_, err := s.Decode(ctx, DecodeOptions{MaxTokens: 500}, func(Token) error {
 		calls++
 		if calls == 10 {
 			return stop
