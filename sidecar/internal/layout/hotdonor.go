@@ -35,15 +35,10 @@ func (h *hotSet) CopySealed(ctx context.Context, ranges []policy.SpanRange) ([]D
 			if b.n == 0 || where == tiers.None {
 				continue
 			}
-			lo, hi := max(rg.Start, b.vstart)-b.vstart, min(rg.End, b.vstart+b.n)-b.vstart
-			pc := DonorPiece{Range: k, Src: b.vstart + lo}
-			if hi-lo < b.n {
-				pc.Lo, pc.N = lo, hi-lo
-				if !partWorthCopying(h.env, hi-lo, b.n) {
-					pc.Prefill = true
-					out = append(out, pc)
-					continue
-				}
+			pc := blockPiece(h.env, k, rg, b.vstart, b.n)
+			if pc.Prefill {
+				out = append(out, pc)
+				continue
 			}
 			kv, err := h.env.Tiers.Fetch(ctx, where, b.id, b.ssdKey, nil)
 			if err != nil {
@@ -57,6 +52,21 @@ func (h *hotSet) CopySealed(ctx context.Context, ranges []policy.SpanRange) ([]D
 		}
 	}
 	return out, false, nil
+}
+
+// blockPiece is what range k (rg) asks of a block of n tokens at tape
+// index start: the whole block, or its part inside rg (Lo, N: a whole
+// block the recipient trims), or, when prefilling that part is cheaper
+// (partWorthCopying), that part as a piece to prefill (Prefill). The
+// caller reads the block unless Prefill is set.
+func blockPiece(env *Env, k int, rg policy.SpanRange, start, n int) DonorPiece {
+	lo, hi := max(rg.Start, start)-start, min(rg.End, start+n)-start
+	pc := DonorPiece{Range: k, Src: start + lo}
+	if hi-lo < n {
+		pc.Lo, pc.N = lo, hi-lo
+		pc.Prefill = !partWorthCopying(env, hi-lo, n)
+	}
+	return pc
 }
 
 // copyFor is a hot set's Donor.Copy: its sealed blocks from the tiers

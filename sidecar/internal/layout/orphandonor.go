@@ -84,15 +84,10 @@ func orphanCopy(t *tiers.Tiers, o *tiers.OrphanTape, env *Env) func(context.Cont
 				if m.NTokens == 0 {
 					continue
 				}
-				lo, hi := max(rg.Start, starts[i])-starts[i], min(rg.End, starts[i+1])-starts[i]
-				pc := DonorPiece{Range: k, Src: starts[i] + lo}
-				if hi-lo < m.NTokens {
-					pc.Lo, pc.N = lo, hi-lo
-					if !partWorthCopying(env, hi-lo, m.NTokens) {
-						pc.Prefill = true
-						out = append(out, pc)
-						continue
-					}
+				pc := blockPiece(env, k, rg, starts[i], m.NTokens)
+				if pc.Prefill {
+					out = append(out, pc)
+					continue
 				}
 				kv, err := t.ReadParked(m.ID, nil)
 				if err != nil {
